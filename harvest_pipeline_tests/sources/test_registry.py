@@ -1,0 +1,66 @@
+"""The sources YAML: defaults, env interpolation, and errors that name the source and the field."""
+
+import pytest
+
+from harvest_pipeline.errors import ConfigError
+from harvest_pipeline.sources import load_sources
+
+
+def _write(tmp_path, text):
+    p = tmp_path / "sources.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_defaults_and_env_interpolation(tmp_path, monkeypatch):
+    monkeypatch.setenv("DEMO_URL", "http://127.0.0.1:9/oai")
+    [src] = load_sources(_write(tmp_path, "sources:\n  - id: demo_1\n    url: ${DEMO_URL}\n"))
+    assert (src.id, src.url, src.protocol, src.metadata_prefix, src.window, src.set, src.start) == (
+        "demo_1", "http://127.0.0.1:9/oai", "oai-pmh", "oai_dc", "day", None, None,
+    )
+
+
+def test_env_default_when_unset(tmp_path, monkeypatch):
+    monkeypatch.delenv("NOPE_URL", raising=False)
+    [src] = load_sources(_write(tmp_path, "sources:\n  - id: a\n    url: ${NOPE_URL:-http://127.0.0.1:1/oai}\n"))
+    assert src.url == "http://127.0.0.1:1/oai"
+
+
+@pytest.mark.parametrize(
+    "body, needle",
+    [
+        ("  - id: Bad-Id\n    url: http://x/oai\n", "source 'Bad-Id': field 'id'"),
+        ("  - id: ok\n    url: ftp://x\n", "source 'ok': field 'url'"),
+        ("  - id: ok\n    url: http://x/oai\n    window: fortnight\n", "source 'ok': field 'window'"),
+        ("  - id: ok\n    url: http://x/oai\n    colour: red\n", "source 'ok': field 'colour'"),
+        ("  - id: ok\n    url: http://user:pw@x/oai\n", "must not embed credentials"),
+        ("  - id: ok\n    url: http://x/oai\n  - id: ok\n    url: http://y/oai\n", "duplicate id"),
+        ("  - url: http://x/oai\n", "source #1: field 'id'"),
+    ],
+)
+def test_bad_config_names_source_and_field(tmp_path, body, needle):
+    with pytest.raises(ConfigError) as err:
+        load_sources(_write(tmp_path, "sources:\n" + body))
+    assert needle in str(err.value)
+
+
+def test_missing_file_says_what_to_do(tmp_path):
+    with pytest.raises(ConfigError, match="HARVEST_SOURCES_FILE"):
+        load_sources(tmp_path / "nope.yaml")
+
+
+def test_secrets_come_from_env_and_are_required_when_used(tmp_path, monkeypatch):
+    [src] = load_sources(_write(
+        tmp_path,
+        "sources:\n  - id: a\n    url: http://x/oai\n    headers_from_env: {X-Api-Key: MY_KEY}\n"
+        "    auth: {username_env: MY_USER, password_env: MY_PASS}\n",
+    ))
+    monkeypatch.delenv("MY_KEY", raising=False)
+    with pytest.raises(ConfigError, match="MY_KEY"):
+        src.http_headers()
+    monkeypatch.setenv("MY_KEY", "s3cret")
+    monkeypatch.setenv("MY_USER", "u")
+    monkeypatch.setenv("MY_PASS", "p")
+    assert src.http_headers() == {"X-Api-Key": "s3cret"}
+    assert src.http_auth() == ("u", "p")
+    assert "s3cret" not in repr(src)

@@ -1,0 +1,95 @@
+"""Merge semantics of a staged window into the catalogue: upsert, tombstone, revive, idempotence."""
+
+from datetime import datetime, timedelta
+
+import pyarrow as pa
+import pytest
+
+from harvest_pipeline.harvest.rows import content_hash
+from harvest_pipeline.store import connect
+from harvest_pipeline.store.merge import merge_staging
+from harvest_pipeline.store.staging import PAGE_SCHEMA, StagingWindow, staging_path
+
+W0 = datetime(2026, 10, 1)
+W1 = W0 + timedelta(days=1)
+
+
+def _rows(*recs):
+    cols = {f.name: [] for f in PAGE_SCHEMA}
+    for seq, (ident, ds, deleted, xml) in enumerate(recs):
+        values = dict(
+            page_number=1, seq=seq, identifier=ident, datestamp=ds, datestamp_raw=ds.isoformat() + "Z",
+            deleted=deleted, in_window=True, set_specs=["s"], metadata_prefix="oai_dc",
+            metadata_xml=None if deleted else xml, content_hash=content_hash(None if deleted else xml, ("s",), deleted),
+            title=None if deleted else f"title of {ident}",
+        )
+        for name in cols:
+            cols[name].append(values.get(name))
+    return pa.table(cols, schema=PAGE_SCHEMA)
+
+
+def _merge(db, recs, run="run"):
+    path = staging_path(db, "src", W0)
+    st = StagingWindow(path)
+    st.start_attempt(run, "k")
+    st.write_page(_rows(*recs), next_token=None, complete_list_size=None, response_date=None, warnings=[])
+    st.close()
+    with connect(db) as con:
+        con.execute("BEGIN TRANSACTION")
+        counts = merge_staging(con, path, source_id="src", window_start=W0, window_end=W1, run_id=run, attempt_id=run)
+        con.execute("COMMIT")
+        table = con.execute("SELECT * EXCLUDE (written_at, first_seen_at) FROM records ORDER BY identifier").fetchall()
+    st.remove()
+    return counts, table
+
+
+@pytest.fixture
+def db(tmp_path):
+    return tmp_path / "cat.duckdb"
+
+
+def test_upsert_is_idempotent(db):
+    t = W0 + timedelta(hours=1)
+    recs = [("a", t, False, "<x>a</x>"), ("b", t, False, "<x>b</x>")]
+    first, table1 = _merge(db, recs, run="r1")
+    assert (first.created, first.unchanged, first.stored) == (2, 0, 2)
+    again, table2 = _merge(db, recs, run="r2")
+    assert (again.created, again.updated, again.unchanged, again.upserted) == (0, 0, 2, 0)
+    assert table1 == table2  # not even written_by_run changes
+
+
+def test_tombstone_drops_metadata_and_live_version_revives(db):
+    t = W0 + timedelta(hours=1)
+    _merge(db, [("a", t, False, "<x>a</x>")])
+    counts, table = _merge(db, [("a", t + timedelta(hours=1), True, None)])
+    assert counts.deleted == 1
+    with connect(db) as con:
+        deleted, xml, title = con.execute("SELECT deleted, metadata_xml, title FROM records").fetchone()
+    assert (deleted, xml, title) == (True, None, None)
+    counts, _ = _merge(db, [("a", t + timedelta(hours=2), False, "<x>a2</x>")])
+    assert counts.revived == 1 and counts.upserted == 1
+    with connect(db) as con:
+        assert con.execute("SELECT deleted, metadata_xml FROM records").fetchone() == (False, "<x>a2</x>")
+        actions = [r[0] for r in con.execute("SELECT action FROM record_history ORDER BY received_at, datestamp").fetchall()]
+    assert actions == ["created", "deleted", "revived"]
+
+
+def test_older_version_never_overwrites_newer(db):
+    t = W0 + timedelta(hours=5)
+    _merge(db, [("a", t, False, "<x>new</x>")])
+    counts, _ = _merge(db, [("a", t - timedelta(hours=3), False, "<x>old</x>")])
+    assert counts.stale == 1 and counts.upserted == 0
+    with connect(db) as con:
+        assert con.execute("SELECT metadata_xml FROM records").fetchone() == ("<x>new</x>",)
+
+
+def test_duplicate_listing_in_one_window_counts_once(db):
+    t = W0 + timedelta(hours=1)
+    counts, table = _merge(db, [("a", t, False, "<x>1</x>"), ("a", t, False, "<x>1</x>")])
+    assert counts.received == 2 and counts.distinct_received == 1 and counts.created == 1
+    assert len(table) == 1
+
+
+def test_tombstone_for_unknown_record_is_kept_as_deleted_row(db):
+    counts, table = _merge(db, [("ghost", W0 + timedelta(hours=1), True, None)])
+    assert counts.deleted == 1 and len(table) == 1
