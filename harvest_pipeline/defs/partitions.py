@@ -1,0 +1,33 @@
+"""A source's harvest windows as a Dagster time-window partitions definition (UTC)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import dagster as dg
+
+from harvest_pipeline.sources import SourceConfig
+
+
+def floor_to_window(ts: datetime, window: str) -> datetime:
+    ts = ts.astimezone(timezone.utc)
+    if window == "hour":
+        return ts.replace(minute=0, second=0, microsecond=0)
+    day = ts.replace(hour=0, minute=0, second=0, microsecond=0)
+    if window == "day":
+        return day
+    if window == "week":  # ISO weeks: Monday 00:00 UTC
+        return day - timedelta(days=day.weekday())
+    return day.replace(day=1)
+
+
+def partitions_for(source: SourceConfig, start: datetime) -> dg.TimeWindowPartitionsDefinition:
+    """Closed windows only (end_offset=0): an open window would be harvested before it is complete."""
+    start = floor_to_window(start, source.window)
+    if source.window == "hour":
+        return dg.HourlyPartitionsDefinition(start_date=start.strftime("%Y-%m-%d-%H:%M"), timezone="UTC")
+    if source.window == "day":
+        return dg.DailyPartitionsDefinition(start_date=start.strftime("%Y-%m-%d"), timezone="UTC")
+    if source.window == "week":
+        return dg.WeeklyPartitionsDefinition(start_date=start.strftime("%Y-%m-%d"), day_offset=1, timezone="UTC")
+    return dg.MonthlyPartitionsDefinition(start_date=start.strftime("%Y-%m-%d"), timezone="UTC")

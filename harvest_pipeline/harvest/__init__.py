@@ -1,0 +1,9 @@
+"""Harvesting one window of one source, end to end, without Dagster.
+
+`harvest_window` runs the token loop into the window's staging file, merges it into the
+catalogue and returns the verdict the asset checks report. Dagster (defs/) and the CLI call it.
+"""
+
+from harvest_pipeline.harvest.window import Window, WindowReport, harvest_window
+
+__all__ = ["Window", "WindowReport", "harvest_window"]

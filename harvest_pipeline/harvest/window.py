@@ -1,0 +1,297 @@
+"""Harvest one [start, end) window of one source: token loop -> staging -> merge -> verdict."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Callable
+
+import duckdb
+
+from harvest_pipeline.dates import window_to_oai_bounds
+from harvest_pipeline.errors import BadResumptionToken, HarvestError, ProtocolError
+from harvest_pipeline.harvest.rows import page_rows
+from harvest_pipeline.oai.client import OAIClient
+from harvest_pipeline.oai.models import IdentifyInfo
+from harvest_pipeline.sources import SourceConfig
+from harvest_pipeline.store import connect as store_connect
+from harvest_pipeline.store import ledger
+from harvest_pipeline.store.merge import MergeCounts, merge_staging
+from harvest_pipeline.store.staging import StagingWindow, staging_path
+
+Connect = Callable[[], AbstractContextManager[duckdb.DuckDBPyConnection]]
+Progress = Callable[[dict], None]
+
+# How often an expired token may restart the window before we give up.
+MAX_RESTARTS = 2
+
+
+@dataclass(frozen=True)
+class Window:
+    start: datetime  # tz-aware UTC, inclusive
+    end: datetime  # tz-aware UTC, exclusive
+    key: str  # the Dagster partition key, used as the window's name everywhere
+
+    def __str__(self) -> str:
+        return self.key
+
+
+@dataclass(frozen=True)
+class CheckVerdict:
+    passed: bool
+    severity: str  # "error" | "warn"
+    description: str
+    metadata: dict = field(default_factory=dict)
+
+
+@dataclass
+class WindowReport:
+    source_id: str
+    window: Window
+    status: str
+    run_id: str
+    attempt_id: str
+    from_param: str
+    until_param: str
+    pages: int
+    complete_list_size: int | None
+    counts: MergeCounts
+    duplicates: int
+    duplicate_examples: list[str]
+    cursor_closed: bool
+    outside_window: int
+    resumed: bool
+    restarts: int
+    warnings: list[str]
+    seconds: float
+    checks: dict[str, CheckVerdict]
+
+    @property
+    def passed(self) -> bool:
+        return self.status in ledger.WATERMARK_PASSES
+
+
+def _client_for(source: SourceConfig) -> OAIClient:
+    return OAIClient(
+        source.url,
+        headers=source.http_headers(),
+        auth=source.http_auth(),
+        timeout=source.timeout_seconds,
+    )
+
+
+def _request_key(source: SourceConfig, from_param: str, until_param: str) -> str:
+    return "|".join([source.metadata_prefix, source.set or "", from_param, until_param])
+
+
+def evaluate_checks(
+    *,
+    counts: MergeCounts,
+    complete_list_size: int | None,
+    pages: int,
+    duplicates: int,
+    duplicate_examples: list[str],
+    cursor_closed: bool,
+) -> dict[str, CheckVerdict]:
+    """The three per-window verdicts; the asset checks report exactly these."""
+    checks: dict[str, CheckVerdict] = {}
+    meta = {"received": counts.received, "stored": counts.stored, "complete_list_size": complete_list_size}
+    if complete_list_size is not None:
+        ok = counts.received == complete_list_size and counts.stored == counts.distinct_received
+        checks["complete"] = CheckVerdict(
+            ok,
+            "error",
+            f"received {counts.received} and stored {counts.stored} of completeListSize {complete_list_size}",
+            meta,
+        )
+    elif pages <= 1:
+        # The whole list came in one response (or noRecordsMatch): nothing can be missing.
+        ok = counts.stored == counts.distinct_received
+        checks["complete"] = CheckVerdict(ok, "error", f"single-response list: received and stored {counts.stored}", meta)
+    else:
+        checks["complete"] = CheckVerdict(
+            False,
+            "warn",
+            f"server gave no completeListSize: received {counts.received} over {pages} pages, stored "
+            f"{counts.stored}; completeness cannot be proven",
+            {**meta, "unproven": True},
+        )
+    checks["no_duplicates"] = CheckVerdict(
+        duplicates == 0,
+        "error",
+        "no identifier listed twice" if duplicates == 0 else f"{duplicates} repeated listings, e.g. {duplicate_examples}",
+        {"duplicates": duplicates},
+    )
+    checks["cursor_closed"] = CheckVerdict(
+        cursor_closed,
+        "error",
+        "the list ended with an empty or absent token" if cursor_closed else "a resumption token is still open",
+        {},
+    )
+    return checks
+
+
+def _status_for(checks: dict[str, CheckVerdict]) -> str:
+    if any(not c.passed and c.severity == "error" for c in checks.values()):
+        return ledger.INCOMPLETE
+    if not checks["complete"].passed:
+        return ledger.UNPROVEN
+    return ledger.VERIFIED
+
+
+def harvest_window(
+    source: SourceConfig,
+    window: Window,
+    *,
+    run_id: str | None = None,
+    db_path: str | Path,
+    connect: Connect | None = None,
+    client: OAIClient | None = None,
+    identify: IdentifyInfo | None = None,
+    progress: Progress | None = None,
+) -> WindowReport:
+    """Harvest `window` of `source` into the catalogue at `db_path`; resume if a cursor is open."""
+    run_id = run_id or uuid.uuid4().hex
+    connect = connect or (lambda: store_connect(db_path))
+    client = client or _client_for(source)
+    started = time.monotonic()
+    ctx = dict(source_id=source.id, window=window.key)
+
+    try:
+        identify = identify or client.identify()
+    except HarvestError as exc:
+        raise exc.with_context(**ctx, hint="check the source URL, or whether the server is up") from None
+    from_param, until_param = window_to_oai_bounds(window.start, window.end, identify.granularity)[:2]
+    request_key = _request_key(source, from_param, until_param)
+
+    with connect() as con:
+        con.execute("BEGIN TRANSACTION")
+        ledger.record_identify(
+            con, source.id, granularity=identify.granularity,
+            earliest_datestamp=identify.earliest_datestamp, deleted_record=identify.deleted_record,
+        )
+        ledger.begin_window(
+            con, source_id=source.id, window_start=window.start, window_end=window.end,
+            partition_key=window.key, run_id=run_id, from_param=from_param, until_param=until_param,
+        )
+        con.execute("COMMIT")
+
+    staging = StagingWindow(staging_path(db_path, source.id, window.start))
+    try:
+        cursor = staging.cursor()
+        resumed = bool(cursor and cursor.request_key == request_key and (cursor.token or cursor.closed))
+        if not resumed:
+            staging.start_attempt(run_id, request_key)
+        restarts = 0
+        while not staging.cursor().closed:
+            try:
+                _run_token_loop(source, window, client, staging, from_param, until_param, progress)
+            except BadResumptionToken as exc:
+                # Tokens expire: the only safe continuation is the window's from-bound again.
+                if restarts >= MAX_RESTARTS:
+                    raise exc.with_context(**ctx, hint="the server keeps expiring tokens; lower the page size or retry later") from None
+                restarts += 1
+                staging.start_attempt(run_id, request_key)
+                staging.add_warning(f"restarted the window after badResumptionToken at {exc.url}")
+        cursor = staging.cursor()
+        duplicates, examples = staging.duplicate_identifiers()
+        outside = staging.outside_window_count()
+        staging.close()
+
+        with connect() as con:
+            con.execute("BEGIN TRANSACTION")
+            counts = merge_staging(
+                con, staging.path, source_id=source.id, window_start=window.start, window_end=window.end,
+                run_id=run_id, attempt_id=cursor.attempt_id,
+            )
+            warnings = list(cursor.warnings)
+            if outside:
+                warnings.append(f"{outside} records had datestamps outside the requested window (kept)")
+            checks = evaluate_checks(
+                counts=counts, complete_list_size=cursor.complete_list_size, pages=cursor.pages,
+                duplicates=duplicates, duplicate_examples=examples, cursor_closed=cursor.closed,
+            )
+            status = _status_for(checks)
+            ledger.finish_window(
+                con, source_id=source.id, window_start=window.start, status=status, attempt_id=cursor.attempt_id,
+                complete_list_size=cursor.complete_list_size, received=counts.received,
+                distinct_received=counts.distinct_received, stored=counts.stored, created=counts.created,
+                updated=counts.updated, unchanged=counts.unchanged, deleted=counts.deleted,
+                revived=counts.revived, stale=counts.stale, upserted=counts.upserted, pages=cursor.pages,
+                duplicates=duplicates, cursor_closed=cursor.closed,
+                check_complete="passed" if checks["complete"].passed else ("unproven" if checks["complete"].severity == "warn" else "failed"),
+                check_duplicates="passed" if checks["no_duplicates"].passed else "failed",
+                check_cursor="passed" if checks["cursor_closed"].passed else "failed",
+                response_date=cursor.response_date, warnings=warnings,
+            )
+            con.execute("COMMIT")
+        staging.remove()
+    except BaseException as exc:
+        staging.close()
+        _record_failure(connect, source, window, exc)
+        if isinstance(exc, HarvestError):
+            raise exc.with_context(**ctx) from None
+        raise
+
+    return WindowReport(
+        source_id=source.id, window=window, status=status, run_id=run_id, attempt_id=cursor.attempt_id,
+        from_param=from_param, until_param=until_param, pages=cursor.pages,
+        complete_list_size=cursor.complete_list_size, counts=counts, duplicates=duplicates,
+        duplicate_examples=examples, cursor_closed=cursor.closed, outside_window=outside,
+        resumed=resumed, restarts=restarts, warnings=warnings, seconds=time.monotonic() - started, checks=checks,
+    )
+
+
+def _run_token_loop(
+    source: SourceConfig,
+    window: Window,
+    client: OAIClient,
+    staging: StagingWindow,
+    from_param: str,
+    until_param: str,
+    progress: Progress | None,
+) -> None:
+    """Fetch pages from the cursor's position until the list ends, committing each page."""
+    cursor = staging.cursor()
+    seen_tokens: set[str] = set()
+    pages = client.list_records_pages(
+        source.metadata_prefix, from_=from_param, until=until_param, set_=source.set,
+        resumption_token=cursor.token,
+    )
+    page_offset = cursor.pages
+    for page in pages:
+        page.page_number += page_offset
+        token = page.next_token
+        if token is not None and token in seen_tokens:
+            raise ProtocolError(
+                f"guard 'repeated-token': the server sent token {token!r} twice in one traversal",
+                url=page.url,
+                hint="the server loops; report it to its maintainers",
+            )
+        if token is not None:
+            seen_tokens.add(token)
+        rows, warnings = page_rows(page, metadata_prefix=source.metadata_prefix, window_start=window.start, window_end=window.end)
+        staging.write_page(
+            rows, next_token=token, complete_list_size=page.resumption.complete_list_size,
+            response_date=page.response_date, warnings=[*page.warnings, *warnings],
+        )
+        if progress is not None:
+            state = staging.cursor()
+            progress({
+                "source_id": source.id, "window": window.key, "pages": state.pages,
+                "received": state.received, "complete_list_size": state.complete_list_size,
+            })
+
+
+def _record_failure(connect: Connect, source: SourceConfig, window: Window, exc: BaseException) -> None:
+    """Mark the window failed in the ledger; never mask the original error."""
+    text = str(exc) if isinstance(exc, HarvestError) else f"{type(exc).__name__}: {exc}"
+    try:
+        with connect() as con:
+            ledger.fail_window(con, source_id=source.id, window_start=window.start, error=text)
+    except Exception:
+        pass

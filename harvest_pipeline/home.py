@@ -1,0 +1,27 @@
+"""DAGSTER_HOME under data/ so run history, sensor cursors and schedules survive restarts.
+
+`dagster dev` without DAGSTER_HOME uses a temporary home and deletes it on exit; every entry
+point of ours (the CLI, `harvest-pipeline dev`) calls `ensure_dagster_home()` first.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+DEFAULT_HOME = "data/dagster_home"
+
+
+def ensure_dagster_home(project_dir: Path | None = None) -> Path:
+    project_dir = Path(project_dir or Path.cwd())
+    home = Path(os.environ.get("DAGSTER_HOME") or project_dir / DEFAULT_HOME).resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    template = project_dir / "dagster.yaml"
+    target = home / "dagster.yaml"
+    # The project's dagster.yaml is the source of truth; keep the home's copy in step with it.
+    if template.exists() and template.resolve() != target.resolve():
+        if not target.exists() or target.read_bytes() != template.read_bytes():
+            shutil.copyfile(template, target)
+    os.environ["DAGSTER_HOME"] = str(home)
+    return home

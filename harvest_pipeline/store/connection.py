@@ -1,0 +1,65 @@
+"""Opening the DuckDB file, waiting politely when another process holds its lock.
+
+DuckDB allows one writing process per file and even read-only opens fail while a writer holds
+it, so every open retries with jittered backoff and then fails with a message saying who to wait for.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import duckdb
+
+from harvest_pipeline.errors import StoreLockedError
+
+DEFAULT_DB_PATH = "data/harvest.duckdb"
+
+
+def default_db_path() -> Path:
+    return Path(os.environ.get("HARVEST_DUCKDB_PATH") or DEFAULT_DB_PATH)
+
+
+def _is_lock_error(exc: Exception) -> bool:
+    text = str(exc)
+    return "lock" in text.lower() or "Conflicting" in text
+
+
+def open_with_retry(path: str | Path, *, read_only: bool = False, wait_seconds: float = 120.0) -> duckdb.DuckDBPyConnection:
+    path = Path(path)
+    if not read_only:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + wait_seconds
+    delay = 0.02
+    while True:
+        try:
+            return duckdb.connect(str(path), read_only=read_only)
+        except (duckdb.IOException, duckdb.ConnectionException) as exc:
+            if not _is_lock_error(exc) or time.monotonic() >= deadline:
+                raise StoreLockedError(
+                    f"could not open {path}: {exc}",
+                    hint=(
+                        "another process (a Dagster run, the sensor or a CLI command) is writing to "
+                        "the DuckDB file; retry when it has finished, or raise the wait"
+                    ),
+                ) from exc
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 1.0)
+
+
+@contextmanager
+def connect(path: str | Path | None = None, *, read_only: bool = False, wait_seconds: float = 120.0) -> Iterator[duckdb.DuckDBPyConnection]:
+    """Open the catalogue (schema ensured when writable), yield, and always close."""
+    from harvest_pipeline.store.schema import ensure_schema
+
+    con = open_with_retry(path or default_db_path(), read_only=read_only, wait_seconds=wait_seconds)
+    try:
+        if not read_only:
+            ensure_schema(con)
+        yield con
+    finally:
+        con.close()

@@ -1,0 +1,137 @@
+"""The window ledger (`harvest_windows`) and per-source state (`source_state`, the watermark)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+import duckdb
+
+from harvest_pipeline.store.clock import to_naive_utc, utcnow
+
+# Window statuses. Only VERIFIED and UNPROVEN let the watermark pass.
+RUNNING = "running"
+VERIFIED = "verified"  # every check passed, completeness proven against completeListSize
+UNPROVEN = "unproven"  # checks passed but the server gave no completeListSize to prove against
+INCOMPLETE = "incomplete"  # harvested, but a check failed
+FAILED = "failed"  # the harvest itself failed; see `error`
+WATERMARK_PASSES = (VERIFIED, UNPROVEN)
+
+
+@dataclass
+class WindowRow:
+    source_id: str
+    window_start: datetime
+    window_end: datetime
+    partition_key: str
+    status: str
+    run_id: str | None
+    attempts: int
+    complete_list_size: int | None
+    received: int | None
+    stored: int | None
+    upserted: int | None
+    deleted: int | None
+    pages: int | None
+    duplicates: int | None
+    check_complete: str | None
+    check_duplicates: str | None
+    check_cursor: str | None
+    warnings: list[str] | None
+    error: str | None
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_WINDOW_COLUMNS = [f for f in WindowRow.__dataclass_fields__]
+
+
+def begin_window(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    source_id: str,
+    window_start: datetime,
+    window_end: datetime,
+    partition_key: str,
+    run_id: str,
+    from_param: str,
+    until_param: str,
+) -> None:
+    con.execute(
+        """
+        INSERT INTO harvest_windows (source_id, window_start, window_end, partition_key, status, run_id,
+                                     attempts, from_param, until_param, started_at)
+        VALUES (?, ?, ?, ?, 'running', ?, 1, ?, ?, ?)
+        ON CONFLICT (source_id, window_start) DO UPDATE SET
+            window_end = excluded.window_end, partition_key = excluded.partition_key, status = 'running',
+            run_id = excluded.run_id, attempts = harvest_windows.attempts + 1,
+            from_param = excluded.from_param, until_param = excluded.until_param,
+            started_at = excluded.started_at, finished_at = NULL, error = NULL
+        """,
+        [source_id, to_naive_utc(window_start), to_naive_utc(window_end), partition_key, run_id, from_param, until_param, utcnow()],
+    )
+
+
+def finish_window(con: duckdb.DuckDBPyConnection, *, source_id: str, window_start: datetime, **values: Any) -> None:
+    """Write the outcome columns given as keyword arguments (names of harvest_windows columns)."""
+    values = {**values, "finished_at": utcnow()}
+    sets = ", ".join(f"{k} = ?" for k in values)
+    con.execute(
+        f"UPDATE harvest_windows SET {sets}, seconds = date_diff('millisecond', started_at, ?) / 1000.0"
+        " WHERE source_id = ? AND window_start = ?",
+        [*values.values(), values["finished_at"], source_id, to_naive_utc(window_start)],
+    )
+
+
+def fail_window(con: duckdb.DuckDBPyConnection, *, source_id: str, window_start: datetime, error: str, status: str = FAILED) -> None:
+    finish_window(con, source_id=source_id, window_start=window_start, status=status, error=error[:4000])
+
+
+def get_window(con: duckdb.DuckDBPyConnection, source_id: str, window_start: datetime) -> WindowRow | None:
+    row = con.execute(
+        f"SELECT {', '.join(_WINDOW_COLUMNS)} FROM harvest_windows WHERE source_id = ? AND window_start = ?",
+        [source_id, to_naive_utc(window_start)],
+    ).fetchone()
+    return WindowRow(*row) if row else None
+
+
+def list_windows(con: duckdb.DuckDBPyConnection, source_id: str, *, since: datetime | None = None) -> list[WindowRow]:
+    rows = con.execute(
+        f"SELECT {', '.join(_WINDOW_COLUMNS)} FROM harvest_windows WHERE source_id = ?"
+        " AND (? IS NULL OR window_start >= ?) ORDER BY window_start",
+        [source_id, to_naive_utc(since), to_naive_utc(since)],
+    ).fetchall()
+    return [WindowRow(*r) for r in rows]
+
+
+# --- source_state --------------------------------------------------------------------------
+def get_watermark(con: duckdb.DuckDBPyConnection, source_id: str) -> datetime | None:
+    row = con.execute("SELECT watermark FROM source_state WHERE source_id = ?", [source_id]).fetchone()
+    return row[0] if row else None
+
+
+def set_watermark(con: duckdb.DuckDBPyConnection, source_id: str, watermark: datetime) -> None:
+    con.execute(
+        """
+        INSERT INTO source_state (source_id, watermark, updated_at) VALUES (?, ?, ?)
+        ON CONFLICT (source_id) DO UPDATE SET watermark = excluded.watermark, updated_at = excluded.updated_at
+        """,
+        [source_id, to_naive_utc(watermark), utcnow()],
+    )
+
+
+def record_identify(con: duckdb.DuckDBPyConnection, source_id: str, *, granularity: str, earliest_datestamp: str, deleted_record: str) -> None:
+    con.execute(
+        """
+        INSERT INTO source_state (source_id, granularity, earliest_datestamp, deleted_record, updated_at)
+        VALUES (?, ?, ?, ?, ?)
+        ON CONFLICT (source_id) DO UPDATE SET granularity = excluded.granularity,
+            earliest_datestamp = excluded.earliest_datestamp, deleted_record = excluded.deleted_record,
+            updated_at = excluded.updated_at
+        """,
+        [source_id, granularity, earliest_datestamp, deleted_record, utcnow()],
+    )

@@ -1,0 +1,140 @@
+"""Merging a window's staging file into the catalogue: classify, upsert, tombstone, history.
+
+One transaction per window (the caller opens and commits it, together with the ledger row), so
+the catalogue is locked for this step only. Idempotent: merging the same versions again finds
+every record 'unchanged' and rewrites nothing in `records`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import duckdb
+
+from harvest_pipeline.store.clock import utcnow
+
+_ACTIONS = ("created", "updated", "unchanged", "deleted", "revived", "stale")
+
+_RECORD_VALUE_COLUMNS = [
+    "datestamp", "datestamp_raw", "deleted", "set_specs", "metadata_prefix", "metadata_xml",
+    "content_hash", "format_name", "title", "creators", "subjects", "description", "date", "type",
+    "language", "identifiers", "doi", "url", "rights", "bbox_west", "bbox_south", "bbox_east",
+    "bbox_north", "mapping_error",
+]
+# Normalized fields a tombstone drops together with its metadata.
+_DROPPED_BY_TOMBSTONE = set(_RECORD_VALUE_COLUMNS) - {"datestamp", "datestamp_raw", "deleted", "set_specs", "metadata_prefix", "content_hash"}
+
+
+@dataclass(frozen=True)
+class MergeCounts:
+    received: int
+    distinct_received: int
+    stored: int
+    created: int
+    updated: int
+    unchanged: int
+    deleted: int
+    revived: int
+    stale: int
+
+    @property
+    def upserted(self) -> int:
+        return self.created + self.updated + self.revived
+
+
+def _sql_literal_path(path: Path) -> str:
+    return "'" + str(path).replace("'", "''") + "'"
+
+
+def merge_staging(
+    con: duckdb.DuckDBPyConnection,
+    staging_file: Path,
+    *,
+    source_id: str,
+    window_start: datetime,
+    window_end: datetime,
+    run_id: str,
+    attempt_id: str,
+) -> MergeCounts:
+    """Apply the staged window to `records` and `record_history`; call inside a transaction."""
+    now = utcnow()
+    con.execute(f"ATTACH {_sql_literal_path(staging_file)} AS stg (READ_ONLY)")
+    try:
+        # A record listed twice in one traversal counts once, in its last-received version.
+        con.execute(
+            """
+            CREATE OR REPLACE TEMP TABLE incoming AS
+            SELECT * FROM stg.page_records
+            QUALIFY row_number() OVER (PARTITION BY identifier ORDER BY page_number DESC, seq DESC) = 1
+            """
+        )
+        received = con.execute("SELECT count(*) FROM stg.page_records").fetchone()[0]
+    finally:
+        con.execute("DETACH stg")
+
+    con.execute(
+        """
+        CREATE OR REPLACE TEMP TABLE classified AS
+        SELECT i.*,
+            CASE
+                WHEN r.identifier IS NULL THEN CASE WHEN i.deleted THEN 'deleted' ELSE 'created' END
+                WHEN i.datestamp < r.datestamp THEN 'stale'            -- never overwrite a newer version
+                WHEN i.deleted AND r.deleted THEN 'unchanged'
+                WHEN i.deleted THEN 'deleted'
+                WHEN r.deleted THEN 'revived'
+                WHEN r.content_hash IS NOT DISTINCT FROM i.content_hash
+                     AND r.datestamp IS NOT DISTINCT FROM i.datestamp THEN 'unchanged'
+                ELSE 'updated'
+            END AS action
+        FROM incoming i
+        LEFT JOIN records r ON r.source_id = ? AND r.identifier = i.identifier
+        """,
+        [source_id],
+    )
+
+    values = ", ".join(
+        f"CASE WHEN deleted THEN NULL ELSE {c} END" if c in _DROPPED_BY_TOMBSTONE else c for c in _RECORD_VALUE_COLUMNS
+    )
+    updates = ", ".join(f"{c} = excluded.{c}" for c in _RECORD_VALUE_COLUMNS)
+    con.execute(
+        f"""
+        INSERT INTO records (source_id, identifier, {', '.join(_RECORD_VALUE_COLUMNS)},
+                             first_seen_at, written_at, written_by_run, window_start, window_end)
+        SELECT ?, identifier, {values}, ?, ?, ?, ?, ?
+        FROM classified WHERE action IN ('created', 'updated', 'deleted', 'revived')
+        ON CONFLICT (source_id, identifier) DO UPDATE SET {updates},
+            written_at = excluded.written_at, written_by_run = excluded.written_by_run,
+            window_start = excluded.window_start, window_end = excluded.window_end
+        """,
+        [source_id, now, now, run_id, window_start, window_end],
+    )
+    con.execute(
+        """
+        INSERT INTO record_history
+        SELECT ?, identifier, datestamp, deleted, content_hash, action, ?, ?, ?, ?, page_number,
+               CASE WHEN action IN ('created', 'updated', 'revived') THEN metadata_xml END, ?
+        FROM classified
+        """,
+        [source_id, window_start, window_end, run_id, attempt_id, now],
+    )
+    by_action = dict(con.execute("SELECT action, count(*) FROM classified GROUP BY action").fetchall())
+    # "Stored": received versions the catalogue now holds (or holds a newer version of).
+    stored = con.execute(
+        """
+        SELECT count(*) FROM incoming i
+        JOIN records r ON r.source_id = ? AND r.identifier = i.identifier
+            AND (i.datestamp IS NULL OR r.datestamp >= i.datestamp)
+        """,
+        [source_id],
+    ).fetchone()[0]
+    distinct = con.execute("SELECT count(*) FROM incoming").fetchone()[0]
+    con.execute("DROP TABLE classified")
+    con.execute("DROP TABLE incoming")
+    return MergeCounts(
+        received=int(received),
+        distinct_received=int(distinct),
+        stored=int(stored),
+        **{a: int(by_action.get(a, 0)) for a in _ACTIONS},
+    )

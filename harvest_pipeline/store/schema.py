@@ -1,0 +1,137 @@
+"""The catalogue's tables, created or migrated on first use.
+
+Migrations are numbered and append-only: add a new entry to MIGRATIONS, never edit an old one.
+All timestamps are UTC, stored as TIMESTAMP (naive).
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+from harvest_pipeline.store.clock import utcnow
+
+MIGRATIONS: list[tuple[int, str]] = [
+    (
+        1,
+        """
+        CREATE TABLE records (
+            source_id         VARCHAR NOT NULL,
+            identifier        VARCHAR NOT NULL,
+            datestamp         TIMESTAMP,           -- the server's datestamp, parsed to UTC
+            datestamp_raw     VARCHAR,             -- as the server wrote it
+            deleted           BOOLEAN NOT NULL,
+            set_specs         VARCHAR[],
+            metadata_prefix   VARCHAR,
+            metadata_xml      VARCHAR,             -- raw metadata; NULL for tombstones
+            content_hash      VARCHAR,
+            format_name       VARCHAR,
+            title             VARCHAR,
+            creators          VARCHAR[],
+            subjects          VARCHAR[],
+            description       VARCHAR,
+            date              VARCHAR,
+            type              VARCHAR,
+            language          VARCHAR,
+            identifiers       VARCHAR[],
+            doi               VARCHAR,
+            url               VARCHAR,
+            rights            VARCHAR[],
+            bbox_west         DOUBLE,
+            bbox_south        DOUBLE,
+            bbox_east         DOUBLE,
+            bbox_north        DOUBLE,
+            mapping_error     VARCHAR,
+            first_seen_at     TIMESTAMP NOT NULL,
+            written_at        TIMESTAMP NOT NULL,  -- when a harvest last changed this row
+            written_by_run    VARCHAR,
+            window_start      TIMESTAMP,           -- the window whose harvest last changed it
+            window_end        TIMESTAMP,
+            PRIMARY KEY (source_id, identifier)
+        );
+
+        CREATE TABLE record_history (
+            source_id     VARCHAR NOT NULL,
+            identifier    VARCHAR NOT NULL,
+            datestamp     TIMESTAMP,
+            deleted       BOOLEAN NOT NULL,
+            content_hash  VARCHAR,
+            action        VARCHAR NOT NULL,   -- created|updated|unchanged|deleted|revived|stale
+            window_start  TIMESTAMP,
+            window_end    TIMESTAMP,
+            run_id        VARCHAR,
+            attempt_id    VARCHAR,
+            page_number   INTEGER,
+            metadata_xml  VARCHAR,            -- kept only when the version differs from the stored one
+            received_at   TIMESTAMP NOT NULL
+        );
+
+        CREATE TABLE harvest_windows (
+            source_id           VARCHAR NOT NULL,
+            window_start        TIMESTAMP NOT NULL,
+            window_end          TIMESTAMP NOT NULL,
+            partition_key       VARCHAR NOT NULL,
+            status              VARCHAR NOT NULL,  -- running|verified|unproven|incomplete|failed
+            run_id              VARCHAR,
+            attempt_id          VARCHAR,
+            attempts            INTEGER NOT NULL DEFAULT 0,
+            from_param          VARCHAR,
+            until_param         VARCHAR,
+            complete_list_size  BIGINT,
+            received            BIGINT,
+            distinct_received   BIGINT,
+            stored              BIGINT,
+            created             BIGINT,
+            updated             BIGINT,
+            unchanged           BIGINT,
+            deleted             BIGINT,
+            revived             BIGINT,
+            stale               BIGINT,
+            upserted            BIGINT,           -- created + updated + revived
+            pages               INTEGER,
+            duplicates          BIGINT,
+            cursor_closed       BOOLEAN,
+            check_complete      VARCHAR,          -- passed|failed|unproven
+            check_duplicates    VARCHAR,          -- passed|failed
+            check_cursor        VARCHAR,          -- passed|failed
+            response_date       VARCHAR,
+            warnings            VARCHAR[],
+            error               VARCHAR,
+            started_at          TIMESTAMP,
+            finished_at         TIMESTAMP,
+            seconds             DOUBLE,
+            PRIMARY KEY (source_id, window_start)
+        );
+
+        CREATE TABLE source_state (
+            source_id           VARCHAR PRIMARY KEY,
+            watermark           TIMESTAMP,        -- every window before it is verified
+            granularity         VARCHAR,
+            earliest_datestamp  VARCHAR,
+            deleted_record      VARCHAR,
+            updated_at          TIMESTAMP NOT NULL
+        );
+        """,
+    ),
+]
+
+
+def ensure_schema(con: duckdb.DuckDBPyConnection) -> int:
+    """Apply the migrations this file has and the database lacks; return the schema version."""
+    con.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TIMESTAMP NOT NULL)"
+    )
+    have = {row[0] for row in con.execute("SELECT version FROM schema_migrations").fetchall()}
+    version = max(have, default=0)
+    for number, sql in MIGRATIONS:
+        if number in have:
+            continue
+        con.execute("BEGIN TRANSACTION")
+        try:
+            con.execute(sql)
+            con.execute("INSERT INTO schema_migrations VALUES (?, ?)", [number, utcnow()])
+            con.execute("COMMIT")
+        except Exception:
+            con.execute("ROLLBACK")
+            raise
+        version = number
+    return version

@@ -1,0 +1,224 @@
+"""One window's staging file: the pages received so far and the durable token cursor.
+
+Each window harvest writes its pages into its own small DuckDB file, one transaction per page
+holding the page's rows *and* the token that follows them. So a run killed at any point resumes
+from the last committed page, and the shared catalogue file is locked only for the short merge at
+the end, which lets windows of different sources harvest at the same time.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import pyarrow as pa
+
+from harvest_pipeline.errors import StoreLockedError
+from harvest_pipeline.store.clock import utcnow
+from harvest_pipeline.store.connection import open_with_retry
+
+# Columns a page contributes, in storage order, with their Arrow types.
+PAGE_SCHEMA = pa.schema(
+    [
+        ("page_number", pa.int32()),
+        ("seq", pa.int32()),
+        ("identifier", pa.string()),
+        ("datestamp", pa.timestamp("us")),
+        ("datestamp_raw", pa.string()),
+        ("deleted", pa.bool_()),
+        ("in_window", pa.bool_()),
+        ("set_specs", pa.list_(pa.string())),
+        ("metadata_prefix", pa.string()),
+        ("metadata_xml", pa.string()),
+        ("content_hash", pa.string()),
+        ("format_name", pa.string()),
+        ("title", pa.string()),
+        ("creators", pa.list_(pa.string())),
+        ("subjects", pa.list_(pa.string())),
+        ("description", pa.string()),
+        ("date", pa.string()),
+        ("type", pa.string()),
+        ("language", pa.string()),
+        ("identifiers", pa.list_(pa.string())),
+        ("doi", pa.string()),
+        ("url", pa.string()),
+        ("rights", pa.list_(pa.string())),
+        ("bbox_west", pa.float64()),
+        ("bbox_south", pa.float64()),
+        ("bbox_east", pa.float64()),
+        ("bbox_north", pa.float64()),
+        ("mapping_error", pa.string()),
+    ]
+)
+PAGE_COLUMNS = [f.name for f in PAGE_SCHEMA]
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS page_records (
+    page_number INTEGER, seq INTEGER, identifier VARCHAR, datestamp TIMESTAMP, datestamp_raw VARCHAR,
+    deleted BOOLEAN, in_window BOOLEAN, set_specs VARCHAR[], metadata_prefix VARCHAR, metadata_xml VARCHAR,
+    content_hash VARCHAR, format_name VARCHAR, title VARCHAR, creators VARCHAR[], subjects VARCHAR[],
+    description VARCHAR, date VARCHAR, type VARCHAR, language VARCHAR, identifiers VARCHAR[], doi VARCHAR,
+    url VARCHAR, rights VARCHAR[], bbox_west DOUBLE, bbox_south DOUBLE, bbox_east DOUBLE, bbox_north DOUBLE,
+    mapping_error VARCHAR
+);
+CREATE TABLE IF NOT EXISTS window_cursor (
+    id                   INTEGER PRIMARY KEY,   -- always 1: one cursor per staging file
+    attempt_id           VARCHAR NOT NULL,      -- the run that started this traversal
+    request_key          VARCHAR NOT NULL,      -- prefix/set/from/until: a changed request restarts
+    token                VARCHAR,               -- fetches the next page; NULL = first request / done
+    closed               BOOLEAN NOT NULL,      -- the list ended with an absent or empty token
+    pages                INTEGER NOT NULL,
+    received             BIGINT NOT NULL,
+    complete_list_size   BIGINT,                -- from the first page that carried one
+    response_date        VARCHAR,               -- of the first page
+    warnings             VARCHAR[] NOT NULL,
+    started_at           TIMESTAMP NOT NULL,
+    updated_at           TIMESTAMP NOT NULL
+);
+"""
+
+
+@dataclass(frozen=True)
+class CursorState:
+    attempt_id: str
+    request_key: str
+    token: str | None
+    closed: bool
+    pages: int
+    received: int
+    complete_list_size: int | None
+    response_date: str | None
+    warnings: list[str]
+
+
+def staging_path(db_path: str | Path, source_id: str, window_start: datetime) -> Path:
+    """data/staging/<source>/<window start>.duckdb next to the catalogue (source ids are [a-z0-9_])."""
+    return Path(db_path).parent / "staging" / source_id / (window_start.strftime("%Y%m%dT%H%M%S") + ".duckdb")
+
+
+class StagingWindow:
+    """The open staging file of one window; only one process may hold it (DuckDB's file lock)."""
+
+    def __init__(self, path: Path, *, wait_seconds: float = 5.0):
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.con = open_with_retry(path, wait_seconds=wait_seconds)
+        except StoreLockedError as exc:
+            raise StoreLockedError(
+                f"window staging file {path} is locked",
+                hint="another run is harvesting this window right now; wait for it to finish, then re-run",
+            ) from exc
+        self.con.execute(_DDL)
+
+    # --- cursor -------------------------------------------------------------------------
+    def cursor(self) -> CursorState | None:
+        row = self.con.execute(
+            "SELECT attempt_id, request_key, token, closed, pages, received, complete_list_size,"
+            " response_date, warnings FROM window_cursor WHERE id = 1"
+        ).fetchone()
+        return CursorState(*row[:8], list(row[8] or [])) if row else None
+
+    def start_attempt(self, attempt_id: str, request_key: str) -> None:
+        """Forget any earlier traversal and begin a new one from the window's from-bound."""
+        now = utcnow()
+        self.con.execute("BEGIN TRANSACTION")
+        self.con.execute("DELETE FROM page_records")
+        self.con.execute("DELETE FROM window_cursor")
+        self.con.execute(
+            "INSERT INTO window_cursor VALUES (1, ?, ?, NULL, false, 0, 0, NULL, NULL, [], ?, ?)",
+            [attempt_id, request_key, now, now],
+        )
+        self.con.execute("COMMIT")
+
+    def write_page(
+        self,
+        rows: pa.Table,
+        *,
+        next_token: str | None,
+        complete_list_size: int | None,
+        response_date: str | None,
+        warnings: list[str],
+    ) -> None:
+        """Store a page's rows and advance the cursor past it, atomically."""
+        self.con.execute("BEGIN TRANSACTION")
+        try:
+            if rows.num_rows:
+                self.con.register("page_rows", rows)
+                self.con.execute(f"INSERT INTO page_records SELECT {', '.join(PAGE_COLUMNS)} FROM page_rows")
+                self.con.unregister("page_rows")
+            self.con.execute(
+                """
+                UPDATE window_cursor SET
+                    token = ?, closed = ?, pages = pages + 1, received = received + ?,
+                    complete_list_size = coalesce(complete_list_size, ?),
+                    response_date = coalesce(response_date, ?),
+                    warnings = list_concat(warnings, ?::VARCHAR[]),
+                    updated_at = ?
+                WHERE id = 1
+                """,
+                [next_token, next_token is None, rows.num_rows, complete_list_size, response_date, warnings, utcnow()],
+            )
+            self.con.execute("COMMIT")
+        except Exception:
+            self.con.execute("ROLLBACK")
+            raise
+
+    def add_warning(self, text: str) -> None:
+        self.con.execute("UPDATE window_cursor SET warnings = list_append(warnings, ?) WHERE id = 1", [text])
+
+    def duplicate_identifiers(self, limit: int = 5) -> tuple[int, list[str]]:
+        """How many received rows repeat an identifier already received in this traversal."""
+        total = self.con.execute("SELECT count(*) - count(DISTINCT identifier) FROM page_records").fetchone()[0]
+        examples = [
+            r[0]
+            for r in self.con.execute(
+                "SELECT identifier FROM page_records GROUP BY identifier HAVING count(*) > 1 ORDER BY 1 LIMIT ?",
+                [limit],
+            ).fetchall()
+        ]
+        return int(total), examples
+
+    def outside_window_count(self) -> int:
+        return int(self.con.execute("SELECT count(*) FROM page_records WHERE NOT in_window").fetchone()[0])
+
+    def close(self) -> None:
+        if self.con is not None:
+            self.con.close()
+            self.con = None
+
+    def remove(self) -> None:
+        """Delete the staging file after its rows are merged into the catalogue."""
+        self.close()
+        for p in (self.path, self.path.with_name(self.path.name + ".wal")):
+            p.unlink(missing_ok=True)
+
+    def __enter__(self) -> "StagingWindow":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def open_staging_files(db_path: str | Path, source_id: str | None = None) -> list[Path]:
+    """Staging files left on disk: windows interrupted mid-harvest (or being harvested now)."""
+    root = Path(db_path).parent / "staging"
+    if source_id:
+        root = root / source_id
+    return sorted(root.rglob("*.duckdb")) if root.exists() else []
+
+
+def purge_staging(db_path: str | Path, source_id: str) -> None:
+    shutil.rmtree(Path(db_path).parent / "staging" / source_id, ignore_errors=True)
+
+
+__all__ = [
+    "PAGE_SCHEMA",
+    "PAGE_COLUMNS",
+    "CursorState",
+    "StagingWindow",
+    "staging_path",
+    "open_staging_files",
+]
