@@ -1,0 +1,139 @@
+"""Dublin Core mapper: OAI-PMH `oai_dc:dc` and CSW `csw:Record` / `SummaryRecord` / `BriefRecord`.
+
+Both are flat lists of dc: (and, in CSW, dct:) elements, so one pass over the root's children
+with a tag -> slot table maps them. Which element feeds which field:
+  title       dc:title, then dct:alternative
+  description dct:abstract first, else dc:description
+  date        first of dct:issued, dc:date, dct:created, dct:available, dct:modified, other dct
+              dates; `dates` lists them all in document order
+  rights      dc:rights, dct:rights, dct:accessRights, dct:license
+  url         first http(s) dc:identifier, else dct:references / dc:URI links
+  bbox        first usable ows:BoundingBox / ows:WGS84BoundingBox (axis order: see geo.py)
+Children without a namespace are read as Dublin Core too: some servers drop the dc namespace.
+"""
+
+from __future__ import annotations
+
+from .geo import LON_LAT, axis_order, bbox_from_corners
+from .identifiers import pick_doi, pick_url
+from .model import NormalizedRecord
+from .text import block_text, dedupe, first, text
+
+OAI_DC_NS = "http://www.openarchives.org/OAI/2.0/oai_dc/"
+DC_NS = "http://purl.org/dc/elements/1.1/"
+DCT_NS = "http://purl.org/dc/terms/"
+CSW_NS = "http://www.opengis.net/cat/csw/2.0.2"
+CSW3_NS = "http://www.opengis.net/cat/csw/3.0"
+OWS_NAMESPACES = ("http://www.opengis.net/ows", "http://www.opengis.net/ows/1.1", "http://www.opengis.net/ows/2.0")
+
+# Order of preference for the main date (slot names below).
+_DATE_RANK = ("issued", "date", "created", "available", "modified", "date_other")
+_DATE_SLOTS = frozenset(_DATE_RANK)
+_BLOCK_SLOTS = frozenset({"abstract", "description"})  # keep paragraph breaks
+
+_DC_ELEMENTS = {
+    "title": "title",
+    "creator": "creator",
+    "subject": "subject",
+    "description": "description",
+    "date": "date",
+    "type": "type",
+    "language": "language",
+    "identifier": "identifier",
+    "rights": "rights",
+    "URI": "link",  # GeoNetwork CSW output carries links as dc:URI
+}
+_DCT_ELEMENTS = {
+    **_DC_ELEMENTS,
+    "alternative": "alternative",
+    "abstract": "abstract",
+    "issued": "issued",
+    "created": "created",
+    "available": "available",
+    "modified": "modified",
+    "dateAccepted": "date_other",
+    "dateCopyrighted": "date_other",
+    "dateSubmitted": "date_other",
+    "valid": "date_other",
+    "accessRights": "rights",
+    "license": "rights",
+    "references": "link",
+}
+
+# Clark tag -> slot, built once: dispatch is a dict lookup per child.
+_SLOTS: dict[str, str] = {}
+for _local, _slot in _DC_ELEMENTS.items():
+    _SLOTS[f"{{{DC_NS}}}{_local}"] = _slot
+    _SLOTS[_local] = _slot  # unqualified
+for _local, _slot in _DCT_ELEMENTS.items():
+    _SLOTS.setdefault(f"{{{DCT_NS}}}{_local}", _slot)
+    _SLOTS.setdefault(_local, _slot)
+
+# ows bbox Clark tag -> (LowerCorner tag, UpperCorner tag, always lon/lat?)
+_BBOX_TAGS: dict[str, tuple[str, str, bool]] = {}
+for _ns in OWS_NAMESPACES:
+    _BBOX_TAGS[f"{{{_ns}}}BoundingBox"] = (f"{{{_ns}}}LowerCorner", f"{{{_ns}}}UpperCorner", False)
+    _BBOX_TAGS[f"{{{_ns}}}WGS84BoundingBox"] = (f"{{{_ns}}}LowerCorner", f"{{{_ns}}}UpperCorner", True)
+del _local, _slot, _ns
+
+
+def _child_text(el, tag: str) -> str | None:
+    for child in el.iterchildren(tag):
+        return text(child)
+    return None
+
+
+def _ows_bbox(el, spec: tuple[str, str, bool]):
+    lower_tag, upper_tag, wgs84 = spec
+    order = LON_LAT if wgs84 else axis_order(el.get("crs"))
+    if order is None:  # projected CRS: not degrees
+        return None
+    return bbox_from_corners(_child_text(el, lower_tag), _child_text(el, upper_tag), order)
+
+
+def map_dc(element) -> NormalizedRecord:
+    """Map a Dublin Core record (oai_dc:dc or csw:*Record) element."""
+    slots: dict[str, list[str]] = {}
+    dates: list[str] = []
+    bbox = None
+    for child in element:
+        tag = child.tag  # a comment's tag is a function: not in either table
+        slot = _SLOTS.get(tag)
+        if slot is None:
+            if bbox is None and tag in _BBOX_TAGS:
+                bbox = _ows_bbox(child, _BBOX_TAGS[tag])
+            continue
+        value = block_text(child) if slot in _BLOCK_SLOTS else text(child)
+        if value is None:
+            continue
+        slots.setdefault(slot, []).append(value)
+        if slot in _DATE_SLOTS:
+            dates.append(value)
+
+    get = slots.get
+    titles = dedupe(get("title", []) + get("alternative", []))
+    identifiers = dedupe(get("identifier", ()))
+    links = get("link", ())
+    return NormalizedRecord(
+        title=titles[0] if titles else None,
+        titles=titles,
+        creators=dedupe(get("creator", ())),
+        subjects=dedupe(get("subject", ())),
+        description=first(get("abstract", ())) or first(get("description", ())),
+        dates=dedupe(dates),
+        date=first(first(get(s, ())) for s in _DATE_RANK),
+        type=first(get("type", ())),
+        language=first(get("language", ())),
+        identifiers=identifiers,
+        doi=pick_doi(identifiers, links),
+        url=pick_url(identifiers, links),
+        rights=dedupe(get("rights", ())),
+        bbox=bbox,
+        format_name="oai_dc",
+    )
+
+
+REGISTRATIONS = (
+    (OAI_DC_NS, "dc", map_dc, "oai_dc"),
+    *((ns, root, map_dc, "csw_record") for ns in (CSW_NS, CSW3_NS) for root in ("Record", "SummaryRecord", "BriefRecord")),
+)

@@ -1,0 +1,78 @@
+"""oai_dc:dc records: multiple titles/languages, sparse records, odd namespace declarations."""
+
+from __future__ import annotations
+
+from harvest_pipeline.formats import map_record
+from harvest_pipeline.formats.oai_dc import map_dc
+
+from .conftest import load_sample, parse_xml
+
+
+def test_full_record():
+    r = map_record(load_sample("oai_dc_full.xml"))
+    # whitespace collapsed, xml:lang variants kept in order, exact repeat dropped
+    assert r.title == "Sediment cores from the Baltic Sea, 2003-2011"
+    assert r.titles == [r.title, "Sedimentkerne aus der Ostsee, 2003-2011"]
+    assert r.creators == ["Lindqvist, Anna", "Müller, Jörg"]  # contributor is not a creator
+    assert r.subjects == ["sediment", "Sediment", "paleoclimate"]  # empty one dropped, case kept
+    assert r.description == (
+        "Gravity cores were taken at twelve stations.\nEach core was split and logged.\n\n"
+        "Radiocarbon ages are given in the supplement."
+    )
+    assert r.dates == ["2012-03-15", "2011"] and r.date == "2012-03-15"
+    assert r.type == "Dataset"
+    assert r.language == "eng"
+    assert r.identifiers == [
+        "https://hdl.handle.net/20.500.12345/678",
+        "doi:10.5072/Baltic.Cores.2012",
+        "https://repository.example.org/record/678",
+    ]
+    assert r.doi == "10.5072/baltic.cores.2012"
+    assert r.url == "https://hdl.handle.net/20.500.12345/678"
+    assert r.rights == ["Creative Commons Attribution 4.0 International", "info:eu-repo/semantics/openAccess"]
+    assert r.bbox is None
+    assert r.format_name == "oai_dc"
+
+
+def test_identifier_only():
+    r = map_record(load_sample("oai_dc_identifier_only.xml"))
+    assert r.identifiers == ["10.5072/ONLY-AN-ID"] and r.doi == "10.5072/only-an-id"
+    assert r.title is None and r.titles == [] and r.url is None and r.date is None and r.creators == []
+
+
+def test_namespaces_declared_on_children_and_unusual_prefixes():
+    r = map_record(load_sample("oai_dc_odd_namespaces.xml"))
+    assert r.title == "Über die Ostsee"
+    assert r.creators == ["Ostrowski, Piotr"]
+    assert r.dates == [] and r.date is None  # blank date dropped
+    assert r.description == "A bold claim."  # mixed content flattened
+    assert r.identifiers == ["http://dx.doi.org/10.5072/ABC%2Fdef", "urn:nbn:de:0000-12345"]
+    assert r.doi == "10.5072/abc/def"
+    assert r.url is None  # the only http identifier is a DOI resolver
+
+
+def test_default_namespace_root_with_dcterms():
+    r = map_record(load_sample("oai_dc_default_ns_dcterms.xml"))
+    assert r.titles == ["Field notes", "Notebooks of the 1921 expedition"]
+    assert r.description == "Scanned notebooks."  # dct:abstract wins over dc:description
+    assert r.dates == ["2019-05-01", "1922"] and r.date == "1922"  # issued beats modified
+    assert r.doi == "10.5072/field.notes"
+    assert r.rights == ["https://creativecommons.org/publicdomain/mark/1.0/"]
+
+
+def test_empty_and_unqualified_children():
+    empty = map_record(parse_xml('<oai_dc:dc xmlns:oai_dc="http://www.openarchives.org/OAI/2.0/oai_dc/"/>'))
+    assert empty.title is None and empty.identifiers == [] and empty.format_name == "oai_dc"
+    # some servers drop the dc namespace on the children
+    r = map_record(
+        parse_xml(
+            '<oai_dc:dc xmlns:oai_dc="http://www.openarchives.org/OAI/2.0/oai_dc/">'
+            "<title>Plain</title><creator>Anon</creator><identifier>https://x.example/1</identifier></oai_dc:dc>"
+        )
+    )
+    assert (r.title, r.creators, r.url) == ("Plain", ["Anon"], "https://x.example/1")
+
+
+def test_mapper_is_usable_without_the_registry():
+    r = map_dc(load_sample("oai_dc_full.xml"))
+    assert r.format_name == "oai_dc" and r.title
