@@ -1,8 +1,6 @@
 """The window asset factory: one `harvest/<source_id>` asset per source, partitioned by window."""
 
-from __future__ import annotations
 
-import warnings
 from datetime import datetime
 
 import dagster as dg
@@ -14,8 +12,6 @@ from harvest_pipeline.defs.resources import catalogue_connector, catalogue_path
 from harvest_pipeline.harvest import Window, harvest_window
 from harvest_pipeline.harvest.progress import notify
 from harvest_pipeline.sources import SourceConfig
-
-warnings.filterwarnings("ignore", category=dg.PreviewWarning)  # partitioned asset checks
 
 
 def asset_key_for(source_id: str) -> dg.AssetKey:

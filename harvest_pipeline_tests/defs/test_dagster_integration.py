@@ -1,0 +1,100 @@
+"""Real Dagster materializations, asset checks and sensor ticks against the demo provider."""
+
+from __future__ import annotations
+
+import json
+
+import dagster as dg
+import pytest
+
+from harvest_pipeline.defs.factory import build_definitions, job_name
+from harvest_pipeline.store import connect, ledger
+from harvest_pipeline_tests.conftest import TODAY, demo_source, window_stats, day_window
+
+pytestmark = pytest.mark.integration
+ASSET = dg.AssetKey(["harvest", "demo"])
+
+
+def _checks(result) -> dict[str, tuple[bool, str]]:
+    return {e.check_name: (e.passed, e.severity.value) for e in result.get_asset_check_evaluations()}
+
+
+def test_definitions_load_with_one_partitioned_asset_checks_job_and_sensor(shared_demo, db_path):
+    defs = build_definitions([demo_source(shared_demo)])
+    dg.Definitions.validate_loadable(defs)
+    asset = defs.resolve_assets_def(ASSET)
+    keys = asset.partitions_def.get_partition_keys()
+    # Partitions start at Identify's earliestDatestamp and end with the last closed day.
+    assert keys[-1] == day_window(1).key
+    assert keys[0] == shared_demo.stats()["earliest"][:10]
+    assert {c.name for c in asset.check_specs} == {"complete", "no_duplicates", "cursor_closed"}
+    assert defs.resolve_sensor_def("harvest_demo_watermark").default_status == dg.DefaultSensorStatus.RUNNING
+
+
+def test_materializing_one_window_records_metadata_and_passing_checks(shared_demo, db_path):
+    defs = build_definitions([demo_source(shared_demo)])
+    window = day_window(3)
+    with dg.instance_for_test() as instance:
+        result = defs.resolve_job_def(job_name("demo")).execute_in_process(partition_key=window.key, instance=instance)
+        assert result.success
+        [mat] = result.get_asset_materialization_events()
+        meta = {k: v.value for k, v in mat.materialization.metadata.items()}
+        expected = window_stats(shared_demo, window)
+        assert meta["records"] == meta["completeListSize"] == expected["total"]
+        assert meta["deletions"] == expected["deleted"]
+        assert meta["upserts"] == expected["live"]
+        assert meta["pages"] > 1 and meta["seconds"] > 0
+        assert _checks(result) == {
+            "complete": (True, "ERROR"), "no_duplicates": (True, "ERROR"), "cursor_closed": (True, "ERROR"),
+        }
+        # The UI shows the window's checks per partition.
+        record = instance.get_latest_asset_check_evaluation_record(dg.AssetCheckKey(ASSET, "complete"))
+        assert record.partition == window.key
+        assert record.status.value == "SUCCEEDED"
+
+
+def test_lying_complete_list_size_fails_the_check_in_dagster(demo, db_path):
+    demo.set_options(complete_list_size_bias=3)
+    defs = build_definitions([demo_source(demo)])
+    with dg.instance_for_test() as instance:
+        result = defs.resolve_job_def(job_name("demo")).execute_in_process(
+            partition_key=day_window(2).key, instance=instance
+        )
+    assert _checks(result)["complete"] == (False, "ERROR")
+
+
+def test_sensor_launches_closed_windows_and_advances_the_watermark_only_over_passing_ones(demo, db_path):
+    defs = build_definitions([demo_source(demo)])
+    sensor = defs.resolve_sensor_def("harvest_demo_watermark")
+    job = defs.resolve_job_def(job_name("demo"))
+    with dg.instance_for_test() as instance:
+        first = sensor(dg.build_sensor_context(instance=instance, definitions=defs))
+        requested = [r.partition_key for r in first.run_requests]
+        all_keys = defs.resolve_assets_def(ASSET).partitions_def.get_partition_keys()
+        assert requested == all_keys and len(requested) >= 7
+        assert all(r.tags["harvest/source"] == "demo" for r in first.run_requests)
+
+        bad = requested[3]
+        for key in requested:
+            demo.set_options(complete_list_size_bias=5 if key == bad else 0)
+            job.execute_in_process(partition_key=key, instance=instance, raise_on_error=False)
+
+        second = sensor(dg.build_sensor_context(instance=instance, definitions=defs))
+        with connect(db_path) as con:
+            watermark = ledger.get_watermark(con, "demo")
+            bad_row = ledger.get_window(con, "demo", ledger_start(defs, bad))
+        assert bad_row.status == ledger.INCOMPLETE
+        assert watermark == ledger_start(defs, bad)  # stopped right before the failing window
+        assert json.loads(second.cursor)["watermark"].startswith(bad)
+        assert not second.run_requests  # the failed window waits for its retry backoff
+
+        demo.set_options(complete_list_size_bias=0)
+        job.execute_in_process(partition_key=bad, instance=instance)
+        sensor(dg.build_sensor_context(instance=instance, definitions=defs))
+        with connect(db_path) as con:
+            assert ledger.get_watermark(con, "demo") == TODAY.replace(tzinfo=None)
+
+
+def ledger_start(defs, key):
+    tw = defs.resolve_assets_def(ASSET).partitions_def.time_window_for_partition_key(key)
+    return tw.start.replace(tzinfo=None)

@@ -1,0 +1,139 @@
+"""One window end to end over HTTP against the demo provider process, into a real DuckDB file."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from harvest_pipeline.harvest import harvest_window
+from harvest_pipeline.store import connect, ledger
+from harvest_pipeline.store.staging import open_staging_files
+from harvest_pipeline_tests.conftest import day_window, demo_source, window_stats
+
+pytestmark = pytest.mark.integration
+KILLER = Path(__file__).with_name("kill_midwindow.py")
+
+
+def records_table(db_path) -> list[tuple]:
+    with connect(db_path) as con:
+        return con.execute(
+            "SELECT * EXCLUDE (written_at, first_seen_at, written_by_run) FROM records ORDER BY source_id, identifier"
+        ).fetchall()
+
+
+def test_window_lands_exactly_what_the_server_lists(shared_demo, db_path):
+    window = day_window(3)
+    report = harvest_window(demo_source(shared_demo), window, db_path=db_path)
+    expected = window_stats(shared_demo, window)
+    assert report.status == ledger.VERIFIED
+    assert report.complete_list_size == expected["total"] == report.counts.received
+    assert report.pages > 1  # the token loop really ran
+    assert all(c.passed for c in report.checks.values())
+    with connect(db_path) as con:
+        live, deleted = con.execute(
+            "SELECT count(*) FILTER (WHERE NOT deleted), count(*) FILTER (WHERE deleted) FROM records"
+        ).fetchone()
+        row = con.execute(
+            "SELECT status, received, pages, complete_list_size, check_complete FROM harvest_windows"
+        ).fetchone()
+        titled = con.execute("SELECT count(*) FROM records WHERE NOT deleted AND title IS NOT NULL").fetchone()[0]
+        tombstone_xml = con.execute("SELECT count(*) FROM records WHERE deleted AND metadata_xml IS NOT NULL").fetchone()[0]
+    assert (live, deleted) == (expected["live"], expected["deleted"])
+    assert row == ("verified", expected["total"], report.pages, expected["total"], "passed")
+    assert titled == live  # oai_dc was mapped to the normalized columns
+    assert tombstone_xml == 0
+    assert open_staging_files(db_path) == []  # the cursor file is gone once merged
+
+
+def test_rerun_of_a_window_is_a_no_op(shared_demo, db_path):
+    window = day_window(4)
+    source = demo_source(shared_demo)
+    harvest_window(source, window, db_path=db_path)
+    before = records_table(db_path)
+    again = harvest_window(source, window, db_path=db_path)
+    assert again.counts.upserted == 0 and again.counts.deleted == 0
+    assert again.counts.unchanged == again.counts.received > 0
+    assert records_table(db_path) == before
+
+
+def test_deletion_upstream_tombstones_and_a_new_version_revives(demo, db_path):
+    source = demo_source(demo)
+    first, second, third = day_window(5), day_window(3), day_window(2)
+    harvest_window(source, first, db_path=db_path)
+    with connect(db_path) as con:
+        ident = con.execute("SELECT identifier FROM records WHERE NOT deleted ORDER BY identifier LIMIT 1").fetchone()[0]
+    demo.delete(ident, at=second.start.replace(hour=6))
+    report = harvest_window(source, second, db_path=db_path)
+    assert report.counts.deleted >= 1
+    with connect(db_path) as con:
+        assert con.execute("SELECT deleted, metadata_xml, title FROM records WHERE identifier = ?", [ident]).fetchone() == (True, None, None)
+    demo.touch(ident, at=third.start.replace(hour=6))
+    report = harvest_window(source, third, db_path=db_path)
+    assert report.counts.revived >= 1
+    with connect(db_path) as con:
+        deleted, xml = con.execute("SELECT deleted, metadata_xml FROM records WHERE identifier = ?", [ident]).fetchone()
+    assert deleted is False and xml.startswith("<")
+
+
+def test_a_server_lying_about_complete_list_size_fails_the_completeness_check(demo, db_path):
+    demo.set_options(complete_list_size_bias=7)
+    report = harvest_window(demo_source(demo), day_window(3), db_path=db_path)
+    assert report.status == ledger.INCOMPLETE
+    assert not report.checks["complete"].passed and report.checks["complete"].severity == "error"
+    assert report.checks["no_duplicates"].passed and report.checks["cursor_closed"].passed
+    with connect(db_path) as con:
+        assert con.execute("SELECT status, check_complete FROM harvest_windows").fetchone() == ("incomplete", "failed")
+
+
+def test_killed_mid_window_resumes_from_its_cursor_and_ends_like_an_uninterrupted_run(shared_demo, tmp_path):
+    window = day_window(2)
+    source = demo_source(shared_demo)
+    clean_db = tmp_path / "clean" / "h.duckdb"
+    harvest_window(source, window, db_path=clean_db)
+
+    crashed_db = tmp_path / "crashed" / "h.duckdb"
+    proc = subprocess.run(
+        [sys.executable, str(KILLER), shared_demo.url, str(crashed_db), window.start.isoformat(), "2"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == -9, proc.stderr  # it really died by SIGKILL
+    [staging] = open_staging_files(crashed_db)
+    with duckdb.connect(str(staging), read_only=True) as con:
+        pages, token = con.execute("SELECT pages, token FROM window_cursor").fetchone()
+    assert pages == 2 and token  # two pages committed, the third page's token persisted
+
+    report = harvest_window(source, window, db_path=crashed_db)
+    assert report.resumed and report.restarts == 0
+    assert report.status == ledger.VERIFIED
+    assert records_table(crashed_db) == records_table(clean_db)
+
+
+def test_expired_token_on_resume_restarts_the_window_from_its_from_bound(demo, tmp_path):
+    window = day_window(2)
+    source = demo_source(demo)
+    db = tmp_path / "h.duckdb"
+    demo.set_options(token_ttl=1)  # tokens issued from now on live one second
+    proc = subprocess.run(
+        [sys.executable, str(KILLER), demo.url, str(db), window.start.isoformat(), "1"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == -9, proc.stderr
+    time.sleep(2.2)  # the stored token is now expired on the server
+    demo.set_options(token_ttl=600)
+    report = harvest_window(source, window, db_path=db)
+    assert report.resumed and report.restarts == 1
+    assert any("badResumptionToken" in w for w in report.warnings)
+    assert report.status == ledger.VERIFIED
+    assert report.counts.received == window_stats(demo, window)["total"]
+
+
+def test_empty_window_is_verified_not_an_error(demo, db_path):
+    # Before the corpus starts: the server answers noRecordsMatch.
+    report = harvest_window(demo_source(demo), day_window(30), db_path=db_path)
+    assert report.status == ledger.VERIFIED
+    assert report.counts.received == 0 and report.pages == 1
