@@ -23,5 +23,8 @@ def ensure_dagster_home(project_dir: Path | None = None) -> Path:
     if template.exists() and template.resolve() != target.resolve():
         if not target.exists() or target.read_bytes() != template.read_bytes():
             shutil.copyfile(template, target)
+    elif not target.exists():
+        # Run outside the project folder: a minimal instance config, so Dagster stays quiet.
+        target.write_text("telemetry:\n  enabled: false\n")
     os.environ["DAGSTER_HOME"] = str(home)
     return home

@@ -9,12 +9,13 @@ failed ones with exponential backoff. Runs of one source are serialized by its p
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 import dagster as dg
 
 from harvest_pipeline.defs.assets import asset_key_for
 from harvest_pipeline.errors import StoreLockedError
+from harvest_pipeline.harvest.watermark import plan_tick
 from harvest_pipeline.sources import SourceConfig
 from harvest_pipeline.store import connect, ledger
 
@@ -24,51 +25,16 @@ IN_FLIGHT = [
     dg.DagsterRunStatus.STARTING,
     dg.DagsterRunStatus.STARTED,
 ]
-RETRY_BASE = timedelta(minutes=1)
-RETRY_MAX = timedelta(hours=6)
 SOURCE_TAG = "harvest/source"
 
 
-def retry_delay(attempts: int) -> timedelta:
-    return min(RETRY_BASE * (2 ** max(attempts - 1, 0)), RETRY_MAX)
-
-
-def plan_tick(
-    *,
-    windows: list[tuple[str, datetime, datetime]],
-    ledger_rows: dict[datetime, ledger.WindowRow],
-    watermark: datetime | None,
-    in_flight: set[str],
-    now: datetime,
-    limit: int,
-) -> tuple[datetime | None, list[str]]:
-    """Pure planning: the new watermark and the partition keys to launch.
-
-    `windows` are the closed windows (key, start, end) in time order; datetimes are naive UTC.
-    """
-    new_watermark = watermark
-    for key, start, end in windows:
-        if new_watermark is not None and start < new_watermark:
-            continue
-        row = ledger_rows.get(start)
-        if row is None or row.status not in ledger.WATERMARK_PASSES or key in in_flight:
-            break
-        new_watermark = end
-    launch: list[str] = []
-    for key, start, _end in windows:
-        if len(launch) >= limit:
-            break
-        if (new_watermark is not None and start < new_watermark) or key in in_flight:
-            continue
-        row = ledger_rows.get(start)
-        if row is not None and row.status in ledger.WATERMARK_PASSES:
-            continue
-        if row is not None and row.attempts:
-            last = row.finished_at or row.started_at
-            if last is not None and now - last < retry_delay(row.attempts):
-                continue  # failed (or died while running) recently: back off
-        launch.append(key)
-    return new_watermark, launch
+def closed_windows(partitions_def: dg.TimeWindowPartitionsDefinition, now: datetime) -> list[tuple[str, datetime, datetime]]:
+    """(key, start, end) of every closed window, naive UTC, in time order."""
+    out = []
+    for key in partitions_def.get_partition_keys(current_time=now):
+        tw = partitions_def.time_window_for_partition_key(key)
+        out.append((key, _naive(tw.start), _naive(tw.end)))
+    return out
 
 
 def _naive(dt: datetime) -> datetime:
@@ -87,11 +53,7 @@ def build_watermark_sensor(source: SourceConfig, partitions_def: dg.TimeWindowPa
     )
     def watermark_sensor(context: dg.SensorEvaluationContext):
         now = datetime.now(timezone.utc)
-        keys = partitions_def.get_partition_keys(current_time=now)
-        windows = []
-        for key in keys:
-            tw = partitions_def.time_window_for_partition_key(key)
-            windows.append((key, _naive(tw.start), _naive(tw.end)))
+        windows = closed_windows(partitions_def, now)
         # UI backfills launch runs without our tag, so match on the run's asset selection too.
         runs = context.instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT), limit=1000)
         in_flight = {

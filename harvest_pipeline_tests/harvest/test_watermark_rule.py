@@ -2,7 +2,7 @@
 
 from datetime import datetime, timedelta
 
-from harvest_pipeline.defs.sensors import plan_tick, retry_delay
+from harvest_pipeline.harvest.watermark import plan_tick, retry_delay
 from harvest_pipeline.store import ledger
 from harvest_pipeline.store.ledger import WindowRow
 

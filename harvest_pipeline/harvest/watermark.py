@@ -1,0 +1,66 @@
+"""The watermark rule, shared by the sensor and the CLI.
+
+The watermark is the end of the longest run of consecutive closed windows, from the source's
+first window (or the current watermark), whose checks passed. It never moves back and never
+passes a window that failed, is incomplete, is missing, or is being harvested right now.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from harvest_pipeline.store import ledger
+
+RETRY_BASE = timedelta(minutes=1)
+RETRY_MAX = timedelta(hours=6)
+
+
+def retry_delay(attempts: int) -> timedelta:
+    """Backoff before a failed window is tried again: 1 min, 2, 4, ... capped at 6 h."""
+    return min(RETRY_BASE * (2 ** max(attempts - 1, 0)), RETRY_MAX)
+
+
+def advance(
+    windows: list[tuple[str, datetime, datetime]],
+    ledger_rows: dict[datetime, ledger.WindowRow],
+    watermark: datetime | None,
+    in_flight: set[str] = frozenset(),
+) -> datetime | None:
+    """`windows`: closed windows (key, start, end) in time order; naive UTC datetimes."""
+    new_watermark = watermark
+    for key, start, end in windows:
+        if new_watermark is not None and start < new_watermark:
+            continue
+        row = ledger_rows.get(start)
+        if row is None or row.status not in ledger.WATERMARK_PASSES or key in in_flight:
+            break
+        new_watermark = end
+    return new_watermark
+
+
+def plan_tick(
+    *,
+    windows: list[tuple[str, datetime, datetime]],
+    ledger_rows: dict[datetime, ledger.WindowRow],
+    watermark: datetime | None,
+    in_flight: set[str],
+    now: datetime,
+    limit: int,
+) -> tuple[datetime | None, list[str]]:
+    """The new watermark and the partition keys a sensor tick should launch."""
+    new_watermark = advance(windows, ledger_rows, watermark, in_flight)
+    launch: list[str] = []
+    for key, start, _end in windows:
+        if len(launch) >= limit:
+            break
+        if (new_watermark is not None and start < new_watermark) or key in in_flight:
+            continue
+        row = ledger_rows.get(start)
+        if row is not None and row.status in ledger.WATERMARK_PASSES:
+            continue
+        if row is not None and row.attempts:
+            last = row.finished_at or row.started_at
+            if last is not None and now - last < retry_delay(row.attempts):
+                continue  # failed (or died while running) recently: back off
+        launch.append(key)
+    return new_watermark, launch

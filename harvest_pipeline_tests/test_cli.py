@@ -1,0 +1,82 @@
+"""The `harvest-pipeline` command as a user runs it: a real process, real Dagster home and DuckDB."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import timedelta
+
+import pytest
+
+from harvest_pipeline_tests.conftest import TODAY, day_window
+
+pytestmark = pytest.mark.integration
+
+
+def run_cli(*args, env, cwd, timeout=300):
+    return subprocess.run(
+        [sys.executable, "-m", "harvest_pipeline.cli", *args],
+        env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+    )
+
+
+@pytest.fixture
+def cli_env(tmp_path, sources_file, demo):
+    sources_file(demo=demo)
+    env = {
+        **os.environ,
+        "HARVEST_SOURCES_FILE": str(tmp_path / "sources.yaml"),
+        "HARVEST_DUCKDB_PATH": str(tmp_path / "data" / "harvest.duckdb"),
+        "DAGSTER_HOME": str(tmp_path / "dagster_home"),
+    }
+    return env
+
+
+def test_harvest_all_windows_then_status_matches_the_provider(cli_env, tmp_path, demo):
+    done = run_cli("harvest", "demo", env=cli_env, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "verified" in done.stdout and "FAILED" not in done.stdout
+    assert f"watermark {TODAY.replace(tzinfo=None)}" in done.stdout
+
+    status = run_cli("status", "--json", env=cli_env, cwd=tmp_path)
+    assert status.returncode == 0, status.stderr
+    [summary] = json.loads(status.stdout)
+    expected = demo.stats(until=TODAY - timedelta(seconds=1))
+    assert (summary["live"], summary["deleted"]) == (expected["live"], expected["deleted"])
+    assert summary["watermark"].startswith(TODAY.strftime("%Y-%m-%d"))
+    assert summary["windows"] == {"verified": summary["windows"]["verified"]}
+    assert summary["last_run"]["checks"] == {"complete": "passed", "no_duplicates": "passed", "cursor_closed": "passed"}
+
+    # Runs went to the persistent Dagster home, so the UI shows them afterwards.
+    assert any((tmp_path / "dagster_home").rglob("*.db"))
+
+    text = run_cli("status", env=cli_env, cwd=tmp_path)
+    assert f"{expected['live']} live, {expected['deleted']} deleted" in text.stdout
+
+
+def test_failing_check_makes_harvest_exit_non_zero(cli_env, tmp_path, demo):
+    demo.set_options(complete_list_size_bias=4)
+    window = day_window(2)
+    done = run_cli("harvest", "demo", "--from", window.key, "--until", window.key, env=cli_env, cwd=tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "FAILED CHECKS complete" in done.stdout
+    assert "watermark (none)" in done.stdout
+
+
+def test_probe_prints_identify_formats_and_sets(demo, tmp_path):
+    out = run_cli("probe", demo.url, env=dict(os.environ), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "YYYY-MM-DDThh:mm:ssZ" in out.stdout and "persistent" in out.stdout
+    assert "oai_dc" in out.stdout and "oai_datacite" in out.stdout
+    assert "physics:optics" in out.stdout
+
+
+def test_bad_sources_file_is_a_clear_error(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("sources:\n  - id: Bad\n    url: http://127.0.0.1:1/oai\n")
+    env = {**os.environ, "HARVEST_SOURCES_FILE": str(bad)}
+    out = run_cli("status", env=env, cwd=tmp_path)
+    assert out.returncode == 2
+    assert "source 'Bad': field 'id'" in out.stderr
