@@ -239,11 +239,17 @@ def cmd_dev(args: argparse.Namespace) -> int:
         [sys.executable, "-m", "dagster", "dev", "-w", "workspace.yaml", "-h", args.ui_host, "-p", str(args.ui_port)],
         env=env,
     )
+    # SIGTERM (e.g. from a service manager) stops both children as Ctrl-C does.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         return ui.wait()
     except KeyboardInterrupt:
         ui.send_signal(signal.SIGINT)
-        return ui.wait()
+        try:
+            return ui.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            ui.kill()
+            return 1
     finally:
         demo.terminate()
         demo.wait(timeout=10)
