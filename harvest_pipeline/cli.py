@@ -103,9 +103,10 @@ def cmd_harvest(args: argparse.Namespace) -> int:
                 totals[k] += int(meta.get(k, 0) or 0)
             if result.success:
                 verdict = "FAILED CHECKS " + ",".join(bad) if bad else ("UNPROVEN " + ",".join(warn) if warn else "verified")
+                size = meta.get("completeListSize")
+                of_size = f"of completeListSize {size}" if size is not None else "(server gave no completeListSize)"
                 print(
-                    f"[{i}/{len(selected)}] {key}: {meta.get('records', 0)} records of completeListSize "
-                    f"{meta.get('completeListSize')}, {meta.get('upserts', 0)} upserts, "
+                    f"[{i}/{len(selected)}] {key}: {meta.get('records', 0)} records {of_size}, {meta.get('upserts', 0)} upserts, "
                     f"{meta.get('deletions', 0)} deletions, {meta.get('pages', 0)} pages: {verdict}"
                 )
             else:

@@ -76,15 +76,14 @@ def build_window_asset(source: SourceConfig, start: datetime, start_note: str) -
                 "unchanged": counts.unchanged,
                 "deletions": counts.deleted,
                 "pages": report.pages,
-                "completeListSize": dg.MetadataValue.int(report.complete_list_size)
-                if report.complete_list_size is not None
-                else dg.MetadataValue.text("not given"),
                 "seconds": round(report.seconds, 3),
                 "from": report.from_param,
                 "until": report.until_param,
                 "resumed": report.resumed,
                 "restarts": report.restarts,
                 "warnings": len(report.warnings),
+                # Only numbers plot; a window whose server gave none simply has no point here.
+                **({"completeListSize": report.complete_list_size} if report.complete_list_size is not None else {}),
             }
         )
         for name, verdict in report.checks.items():
