@@ -421,7 +421,7 @@ class Corpus:
 
     def _build(self, t: int) -> None:
         """(Re)build the sorted index as of time t; events after t go to the pending list."""
-        rpd, shift, imask = self._rpd, self._shift, self._imask
+        rpd, shift = self._rpd, self._shift
         admin = self._admin
         keys = [[] for _ in range(_NCOMBO)]
         dels = [[] for _ in range(_NCOMBO)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import http.client
 import re
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 import pytest
 from lxml import etree

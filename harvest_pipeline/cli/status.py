@@ -1,0 +1,67 @@
+"""`harvest-pipeline status`: watermark, lag, counts, last run and checks per source."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import datetime, timezone
+
+from harvest_pipeline.cli.common import json_default
+
+
+def register(sub) -> None:
+    s = sub.add_parser("status", help="watermark, lag, counts and last run per source")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_status)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from harvest_pipeline.sources import load_sources
+    from harvest_pipeline.store import connect, default_db_path
+    from harvest_pipeline.store.staging import open_staging_files
+    from harvest_pipeline.store.status import failing_windows, source_summary
+
+    sources = load_sources()
+    db_path = default_db_path()
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    out = []
+    if not db_path.exists():
+        summaries = [{"source_id": s.id, "watermark": None, "live": 0, "deleted": 0, "windows": {}, "last_run": None} for s in sources]
+        failing = {s.id: [] for s in sources}
+    else:
+        with connect(db_path) as con:
+            summaries = [source_summary(con, s.id) for s in sources]
+            failing = {s.id: failing_windows(con, s.id) for s in sources}
+    for s, summary in zip(sources, summaries):
+        wm = summary["watermark"]
+        summary["lag_seconds"] = (now - wm).total_seconds() if wm else None
+        summary["url"] = s.url
+        summary["window"] = s.window
+        summary["open_cursors"] = [p.stem for p in open_staging_files(db_path, s.id)]
+        summary["failing_windows"] = [{"window": w, "status": st, "error": e} for w, st, e in failing[s.id]]
+        out.append(summary)
+    if args.json:
+        print(json.dumps(out, default=json_default, indent=2))
+        return 0
+    for s in out:
+        wm = s["watermark"].isoformat() + "Z" if s["watermark"] else "(none yet)"
+        lag = f"{s['lag_seconds'] / 3600:.1f} h" if s["lag_seconds"] is not None else "-"
+        print(f"{s['source_id']}  ({s['url']}, {s['window']} windows)")
+        print(f"  watermark   {wm}   lag {lag}")
+        print(f"  records     {s['live']} live, {s['deleted']} deleted")
+        ws = ", ".join(f"{k} {v}" for k, v in sorted(s["windows"].items())) or "none harvested"
+        print(f"  windows     {ws}")
+        lr = s["last_run"]
+        if lr:
+            when = lr["finished_at"] or lr["started_at"]
+            print(
+                f"  last run    {lr['window']} {lr['status']} at {when:%Y-%m-%d %H:%M:%S}Z "
+                f"(run {lr['run_id']}); checks: " + ", ".join(f"{k} {v}" for k, v in lr["checks"].items())
+            )
+        for w in s["failing_windows"]:
+            print(f"  ! {w['window']} {w['status']}: {w['error'][:160]}")
+        if s["open_cursors"]:
+            print(f"  open cursors (interrupted or running windows): {', '.join(s['open_cursors'])}")
+    return 0
+
+
