@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from harvest_pipeline.dates import parse_datestamp
-from harvest_pipeline.oai.client import OAIClient
+from harvest_pipeline.harvest.listers import lister_for
 from harvest_pipeline.sources import SourceConfig
 
 log = logging.getLogger(__name__)
@@ -38,9 +38,14 @@ def resolve_start(source: SourceConfig, db_path: Path, *, timeout: float = 5.0) 
     cache = _read_cache(db_path)
     key = f"{source.id}|{source.url}"
     try:
-        info = OAIClient(source.url, headers=source.http_headers(), auth=source.http_auth(), timeout=timeout).identify()
-        earliest = parse_datestamp(info.earliest_datestamp)
-        cache[key] = info.earliest_datestamp
+        quick = source.model_copy(
+            update={"http": source.http.model_copy(update={"timeout_seconds": timeout, "max_retries": 0})}
+        )
+        said = lister_for(quick).describe().get("earliest_datestamp")
+        if not said:
+            raise ValueError("the server does not say when its records begin")
+        earliest = parse_datestamp(said)
+        cache[key] = said
         try:
             _cache_file(db_path).parent.mkdir(parents=True, exist_ok=True)
             _cache_file(db_path).write_text(json.dumps(cache, indent=1, sort_keys=True))

@@ -12,11 +12,9 @@ from typing import Callable
 
 import duckdb
 
-from harvest_pipeline.dates import window_to_oai_bounds
 from harvest_pipeline.errors import BadResumptionToken, HarvestError, ProtocolError
+from harvest_pipeline.harvest.listers import Lister, lister_for
 from harvest_pipeline.harvest.rows import page_rows
-from harvest_pipeline.oai.client import OAIClient
-from harvest_pipeline.oai.models import IdentifyInfo
 from harvest_pipeline.sources import SourceConfig
 from harvest_pipeline.store import connect as store_connect
 from harvest_pipeline.store import ledger
@@ -75,17 +73,8 @@ class WindowReport:
         return self.status in ledger.WATERMARK_PASSES
 
 
-def _client_for(source: SourceConfig) -> OAIClient:
-    return OAIClient(
-        source.url,
-        headers=source.http_headers(),
-        auth=source.http_auth(),
-        timeout=source.timeout_seconds,
-    )
-
-
-def _request_key(source: SourceConfig, from_param: str, until_param: str) -> str:
-    return "|".join([source.metadata_prefix, source.set or "", from_param, until_param])
+def _request_key(source: SourceConfig, from_param: str | None, until_param: str | None) -> str:
+    return "|".join([source.protocol, source.metadata_prefix, source.set or "", from_param or "", until_param or ""])
 
 
 def evaluate_checks(
@@ -150,30 +139,31 @@ def harvest_window(
     run_id: str | None = None,
     db_path: str | Path,
     connect: Connect | None = None,
-    client: OAIClient | None = None,
-    identify: IdentifyInfo | None = None,
+    lister: Lister | None = None,
     progress: Progress | None = None,
+    full: bool = False,
 ) -> WindowReport:
-    """Harvest `window` of `source` into the catalogue at `db_path`; resume if a cursor is open."""
+    """Harvest `window` of `source` into the catalogue at `db_path`; resume if a cursor is open.
+
+    `full=True` lists the whole source with no from/until (servers that cannot filter by date,
+    periodic full refreshes); it is staged, merged and verified exactly like a window.
+    """
     run_id = run_id or uuid.uuid4().hex
     connect = connect or (lambda: store_connect(db_path))
-    client = client or _client_for(source)
+    lister = lister or lister_for(source)
     started = time.monotonic()
     ctx = dict(source_id=source.id, window=window.key)
 
     try:
-        identify = identify or client.identify()
+        described = lister.describe()
+        from_param, until_param = (None, None) if full else lister.bounds(window.start, window.end)
     except HarvestError as exc:
         raise exc.with_context(**ctx, hint="check the source URL, or whether the server is up") from None
-    from_param, until_param = window_to_oai_bounds(window.start, window.end, identify.granularity)[:2]
     request_key = _request_key(source, from_param, until_param)
 
     with connect() as con:
         con.execute("BEGIN TRANSACTION")
-        ledger.record_identify(
-            con, source.id, granularity=identify.granularity,
-            earliest_datestamp=identify.earliest_datestamp, deleted_record=identify.deleted_record,
-        )
+        ledger.record_identify(con, source.id, **described)
         ledger.begin_window(
             con, source_id=source.id, window_start=window.start, window_end=window.end,
             partition_key=window.key, run_id=run_id, from_param=from_param, until_param=until_param,
@@ -189,7 +179,7 @@ def harvest_window(
         restarts = 0
         while not staging.cursor().closed:
             try:
-                _run_token_loop(source, window, client, staging, from_param, until_param, progress)
+                _run_token_loop(source, window, lister, staging, from_param, until_param, progress)
             except BadResumptionToken as exc:
                 # Tokens expire: the only safe continuation is the window's from-bound again.
                 if restarts >= MAX_RESTARTS:
@@ -249,19 +239,16 @@ def harvest_window(
 def _run_token_loop(
     source: SourceConfig,
     window: Window,
-    client: OAIClient,
+    lister: Lister,
     staging: StagingWindow,
-    from_param: str,
-    until_param: str,
+    from_param: str | None,
+    until_param: str | None,
     progress: Progress | None,
 ) -> None:
     """Fetch pages from the cursor's position until the list ends, committing each page."""
     cursor = staging.cursor()
     seen_tokens: set[str] = set()
-    pages = client.list_records_pages(
-        source.metadata_prefix, from_=from_param, until=until_param, set_=source.set,
-        resumption_token=cursor.token,
-    )
+    pages = lister.pages(from_param=from_param, until_param=until_param, resume_token=cursor.token)
     page_offset = cursor.pages
     for page in pages:
         page.page_number += page_offset

@@ -34,11 +34,47 @@ class AuthConfig(BaseModel):
     password_env: str
 
 
+class HttpSettings(BaseModel):
+    """Transport limits and politeness towards the partner server (per source)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    timeout_seconds: float = Field(default=60.0, gt=0)
+    max_retries: int = Field(default=5, ge=0)
+    backoff_base_seconds: float = Field(default=1.0, ge=0)
+    backoff_max_seconds: float = Field(default=60.0, ge=0)
+    # A Retry-After longer than this ends the window as deferred instead of blocking a worker.
+    retry_after_cap_seconds: float = Field(default=300.0, ge=0)
+    # Politeness per host, shared by every process harvesting that host.
+    min_request_interval_seconds: float = Field(default=0.0, ge=0)
+    max_concurrent_requests: int = Field(default=2, ge=1)
+    max_response_mb: float = Field(default=256.0, gt=0)
+
+
+class ReconcileSettings(BaseModel):
+    """Deletion by absence, for servers whose deletedRecord is `no` or `transient`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    schedule: str = "0 3 * * 0"  # cron, UTC; default weekly (Sunday 03:00)
+    # Refuse to delete more than this share of a source's live records in one reconciliation.
+    max_delete_fraction: float = Field(default=0.10, ge=0, le=1)
+
+
+class CswSettings(BaseModel):
+    """Options of `protocol: csw` sources (OGC CSW 2.0.2)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    type_names: str = "csw:Record"
+    output_schema: str = "http://www.opengis.net/cat/csw/2.0.2"
+    modified_queryable: str = "dct:modified"
+    page_size: int = Field(default=100, ge=1)
+    extra_filter: str | None = None  # an OGC Filter Encoding fragment ANDed with the window
+
+
 class SourceConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     id: str
-    protocol: Literal["oai-pmh"] = "oai-pmh"
+    protocol: Literal["oai-pmh", "csw"] = "oai-pmh"
     url: str
     metadata_prefix: str = "oai_dc"
     set: str | None = None
@@ -47,9 +83,13 @@ class SourceConfig(BaseModel):
     # header name -> env var name holding its value (API keys and the like)
     headers_from_env: dict[str, str] = Field(default_factory=dict)
     auth: AuthConfig | None = None
-    timeout_seconds: float = Field(default=60.0, gt=0)
-    # windows a sensor tick may launch at once for this source
+    http: HttpSettings = Field(default_factory=HttpSettings)
+    # Windows a sensor tick may launch at once for this source.
     max_windows_per_tick: int = Field(default=30, ge=1)
+    # Re-harvest this much before the watermark, for servers whose indexes lag behind their clock.
+    overlap_seconds: int = Field(default=0, ge=0)
+    reconcile: ReconcileSettings = Field(default_factory=ReconcileSettings)
+    csw: CswSettings | None = None
 
     @field_validator("id")
     @classmethod
@@ -73,6 +113,14 @@ class SourceConfig(BaseModel):
         if v is None:
             return None
         return v.replace(tzinfo=timezone.utc) if v.tzinfo is None else v.astimezone(timezone.utc)
+
+    @model_validator(mode="after")
+    def _protocol_options_match(self) -> "SourceConfig":
+        if self.protocol == "csw" and self.csw is None:
+            object.__setattr__(self, "csw", CswSettings())
+        if self.protocol == "oai-pmh" and self.csw is not None:
+            raise ValueError("csw: options given for an oai-pmh source")
+        return self
 
     @model_validator(mode="after")
     def _env_vars_exist_lazily(self) -> "SourceConfig":
