@@ -15,7 +15,7 @@ import duckdb
 
 from harvest_pipeline.store.clock import utcnow
 
-_ACTIONS = ("created", "updated", "unchanged", "deleted", "revived", "stale")
+_ACTIONS = ("created", "updated", "unchanged", "deleted", "revived", "restored", "stale")
 
 _RECORD_VALUE_COLUMNS = [
     "datestamp", "datestamp_raw", "deleted", "set_specs", "metadata_prefix", "metadata_xml",
@@ -37,11 +37,19 @@ class MergeCounts:
     unchanged: int
     deleted: int
     revived: int
+    restored: int
     stale: int
 
     @property
     def upserted(self) -> int:
-        return self.created + self.updated + self.revived
+        return self.created + self.updated + self.revived + self.restored
+
+
+def _stored_value(column: str, alias: str) -> str:
+    """The SQL for what `records.<column>` gets from an incoming row (tombstones drop metadata)."""
+    if column in _DROPPED_BY_TOMBSTONE:
+        return f"CASE WHEN {alias}deleted THEN NULL ELSE {alias}{column} END"
+    return f"{alias}{column}"
 
 
 def _sql_literal_path(path: Path) -> str:
@@ -74,18 +82,23 @@ def merge_staging(
     finally:
         con.execute("DETACH stg")
 
+    incoming_values = {c: _stored_value(c, "i.") for c in _RECORD_VALUE_COLUMNS}
+    # The harvest always wins: a row edited by hand since (same version, different columns) is
+    # rewritten and classed 'restored'.
+    row_matches = " AND ".join(f"r.{c} IS NOT DISTINCT FROM {expr}" for c, expr in incoming_values.items())
     con.execute(
-        """
+        f"""
         CREATE OR REPLACE TEMP TABLE classified AS
         SELECT i.*,
             CASE
                 WHEN r.identifier IS NULL THEN CASE WHEN i.deleted THEN 'deleted' ELSE 'created' END
                 WHEN i.datestamp < r.datestamp THEN 'stale'            -- never overwrite a newer version
-                WHEN i.deleted AND r.deleted THEN 'unchanged'
+                WHEN i.deleted AND r.deleted THEN CASE WHEN {row_matches} THEN 'unchanged' ELSE 'restored' END
                 WHEN i.deleted THEN 'deleted'
                 WHEN r.deleted THEN 'revived'
                 WHEN r.content_hash IS NOT DISTINCT FROM i.content_hash
-                     AND r.datestamp IS NOT DISTINCT FROM i.datestamp THEN 'unchanged'
+                     AND r.datestamp IS NOT DISTINCT FROM i.datestamp
+                    THEN CASE WHEN {row_matches} THEN 'unchanged' ELSE 'restored' END
                 ELSE 'updated'
             END AS action
         FROM incoming i
@@ -94,16 +107,14 @@ def merge_staging(
         [source_id],
     )
 
-    values = ", ".join(
-        f"CASE WHEN deleted THEN NULL ELSE {c} END" if c in _DROPPED_BY_TOMBSTONE else c for c in _RECORD_VALUE_COLUMNS
-    )
+    values = ", ".join(_stored_value(c, "") for c in _RECORD_VALUE_COLUMNS)
     updates = ", ".join(f"{c} = excluded.{c}" for c in _RECORD_VALUE_COLUMNS)
     con.execute(
         f"""
         INSERT INTO records (source_id, identifier, {', '.join(_RECORD_VALUE_COLUMNS)},
                              first_seen_at, written_at, written_by_run, window_start, window_end)
         SELECT ?, identifier, {values}, ?, ?, ?, ?, ?
-        FROM classified WHERE action IN ('created', 'updated', 'deleted', 'revived')
+        FROM classified WHERE action IN ('created', 'updated', 'deleted', 'revived', 'restored')
         ON CONFLICT (source_id, identifier) DO UPDATE SET {updates},
             written_at = excluded.written_at, written_by_run = excluded.written_by_run,
             window_start = excluded.window_start, window_end = excluded.window_end
@@ -114,7 +125,7 @@ def merge_staging(
         """
         INSERT INTO record_history
         SELECT ?, identifier, datestamp, deleted, content_hash, action, ?, ?, ?, ?, page_number,
-               CASE WHEN action IN ('created', 'updated', 'revived') THEN metadata_xml END, ?
+               CASE WHEN action IN ('created', 'updated', 'revived', 'restored') THEN metadata_xml END, ?
         FROM classified
         """,
         [source_id, window_start, window_end, run_id, attempt_id, now],

@@ -93,3 +93,15 @@ def test_duplicate_listing_in_one_window_counts_once(db):
 def test_tombstone_for_unknown_record_is_kept_as_deleted_row(db):
     counts, table = _merge(db, [("ghost", W0 + timedelta(hours=1), True, None)])
     assert counts.deleted == 1 and len(table) == 1
+
+
+def test_the_harvest_wins_over_local_edits_and_local_deletes(db):
+    t = W0 + timedelta(hours=1)
+    recs = [("a", t, False, "<x>a</x>"), ("b", t, False, "<x>b</x>")]
+    _, pristine = _merge(db, recs)
+    with connect(db) as con:
+        con.execute("UPDATE records SET title = 'edited by hand' WHERE identifier = 'a'")
+        con.execute("DELETE FROM records WHERE identifier = 'b'")
+    counts, table = _merge(db, recs, run="run")
+    assert (counts.restored, counts.created, counts.unchanged) == (1, 1, 0)
+    assert table == pristine
