@@ -9,6 +9,7 @@ from dagster_duckdb import DuckDBResource
 from harvest_pipeline.defs.checks import check_result, check_specs
 from harvest_pipeline.defs.partitions import partitions_for
 from harvest_pipeline.defs.resources import catalogue_connector, catalogue_path
+from harvest_pipeline.errors import DeferredError
 from harvest_pipeline.harvest import Window, harvest_window
 from harvest_pipeline.harvest.progress import notify
 from harvest_pipeline.sources import SourceConfig
@@ -55,14 +56,22 @@ def build_window_asset(source: SourceConfig, start: datetime, start_note: str) -
             )
             notify(event)
 
-        report = harvest_window(
-            source,
-            window,
-            run_id=context.run_id,
-            db_path=catalogue_path(duckdb),
-            connect=catalogue_connector(duckdb),
-            progress=progress,
-        )
+        try:
+            report = harvest_window(
+                source,
+                window,
+                run_id=context.run_id,
+                db_path=catalogue_path(duckdb),
+                connect=catalogue_connector(duckdb),
+                progress=progress,
+            )
+        except DeferredError as exc:
+            # Not a verdict on the window: the sensor launches it again after the server's delay.
+            raise dg.Failure(
+                description=f"deferred: {exc}",
+                metadata={"retry_after_seconds": round(exc.retry_after_seconds, 1)},
+                allow_retries=False,
+            ) from None
         counts = report.counts
         for text in report.warnings[:50]:
             context.log.warning(f"{source.id} {window.key}: {text}")
@@ -75,6 +84,10 @@ def build_window_asset(source: SourceConfig, start: datetime, start_note: str) -
                 "updated": counts.updated,
                 "unchanged": counts.unchanged,
                 "deletions": counts.deleted,
+                "revived": counts.revived,
+                "restored": counts.restored,
+                "quarantined": counts.quarantined,
+                "repaired_chars": report.repaired,
                 "pages": report.pages,
                 "seconds": round(report.seconds, 3),
                 "from": report.from_param,

@@ -33,10 +33,15 @@ def page_rows(
     metadata_prefix: str,
     window_start: datetime,
     window_end: datetime,
-) -> tuple[pa.Table, list[str]]:
-    """Return the page as an Arrow table (PAGE_SCHEMA) and warnings about its records."""
+) -> tuple[pa.Table, list[tuple]]:
+    """The page as an Arrow table (PAGE_SCHEMA) and its quarantine entries.
+
+    Quarantine entries are (page_number, identifier, kind, error, raw bytes): records the parser
+    could not read (kind 'parse', not in the table) and records whose metadata no mapper could
+    read (kind 'map': stored with their raw XML, normalized fields empty).
+    """
     cols: dict[str, list] = {c: [] for c in PAGE_COLUMNS}
-    warnings: list[str] = []
+    quarantined = [(page.page_number, q.identifier, q.kind, q.error, q.raw) for q in page.quarantined]
     ws, we = window_start.replace(tzinfo=None), window_end.replace(tzinfo=None)
     for seq, rec in enumerate(page.records):
         ds = rec.datestamp_utc.replace(tzinfo=None) if rec.datestamp_utc else None
@@ -58,8 +63,8 @@ def page_rows(
                 normalized = map_record(rec.metadata).to_row()
             except Exception as exc:  # a record we cannot map is kept raw, never drops the window
                 error = f"{type(exc).__name__}: {exc}"
-                warnings.append(f"record {rec.identifier}: could not map metadata: {error}")
+                quarantined.append((page.page_number, rec.identifier, "map", error, (rec.metadata_xml or "").encode()))
         for c in _NORMALIZED:
             cols[c].append(normalized.get(c))
         cols["mapping_error"].append(error)
-    return pa.table(cols, schema=PAGE_SCHEMA), warnings
+    return pa.table(cols, schema=PAGE_SCHEMA), quarantined

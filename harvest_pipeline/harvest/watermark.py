@@ -58,7 +58,10 @@ def plan_tick(
         row = ledger_rows.get(start)
         if row is not None and row.status in ledger.WATERMARK_PASSES:
             continue
-        if row is not None and row.attempts:
+        if row is not None and row.status == ledger.DEFERRED and row.retry_not_before is not None:
+            if now < row.retry_not_before:
+                continue  # the server asked us to come back later
+        elif row is not None and row.attempts:
             last = row.finished_at or row.started_at
             if last is not None and now - last < retry_delay(row.attempts):
                 continue  # failed (or died while running) recently: back off

@@ -6,13 +6,14 @@ import time
 import uuid
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable
 
 import duckdb
 
-from harvest_pipeline.errors import BadResumptionToken, HarvestError, ProtocolError
+from harvest_pipeline.dates import parse_datestamp
+from harvest_pipeline.errors import BadResumptionToken, DeferredError, HarvestError, MalformedXMLError, ProtocolError
 from harvest_pipeline.harvest.listers import Lister, lister_for
 from harvest_pipeline.harvest.rows import page_rows
 from harvest_pipeline.sources import SourceConfig
@@ -26,6 +27,10 @@ Progress = Callable[[dict], None]
 
 # How often an expired token may restart the window before we give up.
 MAX_RESTARTS = 2
+# How often a page that does not parse at all is fetched again before the window fails.
+MAX_MALFORMED_REFETCHES = 2
+# Pagination guards: more pages than this with no completeListSize means the server loops.
+MAX_PAGES_WITHOUT_SIZE = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,7 @@ class WindowReport:
     warnings: list[str]
     seconds: float
     checks: dict[str, CheckVerdict]
+    repaired: int = 0
 
     @property
     def passed(self) -> bool:
@@ -88,13 +94,18 @@ def evaluate_checks(
 ) -> dict[str, CheckVerdict]:
     """The three per-window verdicts; the asset checks report exactly these."""
     checks: dict[str, CheckVerdict] = {}
-    meta = {"received": counts.received, "stored": counts.stored, "complete_list_size": complete_list_size}
+    listed = counts.received + counts.quarantined_unparsed  # unreadable records were listed too
+    meta = {
+        "received": counts.received, "stored": counts.stored, "complete_list_size": complete_list_size,
+        "quarantined": counts.quarantined,
+    }
+    quarantine_note = f" ({counts.quarantined_unparsed} unreadable, kept in quarantine)" if counts.quarantined_unparsed else ""
     if complete_list_size is not None:
-        ok = counts.received == complete_list_size and counts.stored == counts.distinct_received
+        ok = listed == complete_list_size and counts.stored == counts.distinct_received
         checks["complete"] = CheckVerdict(
             ok,
             "error",
-            f"received {counts.received} and stored {counts.stored} of completeListSize {complete_list_size}",
+            f"received {listed}{quarantine_note} and stored {counts.stored} of completeListSize {complete_list_size}",
             meta,
         )
     elif pages <= 1:
@@ -150,44 +161,50 @@ def harvest_window(
     """
     run_id = run_id or uuid.uuid4().hex
     connect = connect or (lambda: store_connect(db_path))
-    lister = lister or lister_for(source)
     started = time.monotonic()
     ctx = dict(source_id=source.id, window=window.key)
-
+    staging = None
     try:
+        lister = lister or lister_for(source)
         described = lister.describe()
-        from_param, until_param = (None, None) if full else lister.bounds(window.start, window.end)
-    except HarvestError as exc:
-        raise exc.with_context(**ctx, hint="check the source URL, or whether the server is up") from None
-    request_key = _request_key(source, from_param, until_param)
+        # The overlap re-asks for a little before the window, for servers whose indexes lag.
+        overlap = timedelta(seconds=source.overlap_seconds)
+        from_param, until_param = (None, None) if full else lister.bounds(window.start - overlap, window.end)
+        request_key = _request_key(source, from_param, until_param)
+        with connect() as con:
+            con.execute("BEGIN TRANSACTION")
+            ledger.record_identify(con, source.id, **described)
+            ledger.begin_window(
+                con, source_id=source.id, window_start=window.start, window_end=window.end,
+                partition_key=window.key, run_id=run_id, from_param=from_param, until_param=until_param,
+            )
+            con.execute("COMMIT")
 
-    with connect() as con:
-        con.execute("BEGIN TRANSACTION")
-        ledger.record_identify(con, source.id, **described)
-        ledger.begin_window(
-            con, source_id=source.id, window_start=window.start, window_end=window.end,
-            partition_key=window.key, run_id=run_id, from_param=from_param, until_param=until_param,
-        )
-        con.execute("COMMIT")
-
-    staging = StagingWindow(staging_path(db_path, source.id, window.start))
-    try:
+        staging = StagingWindow(staging_path(db_path, source.id, window.start))
         cursor = staging.cursor()
         resumed = bool(cursor and cursor.request_key == request_key and (cursor.token or cursor.closed))
         if not resumed:
             staging.start_attempt(run_id, request_key)
-        restarts = 0
+        restarts = refetches = 0
         while not staging.cursor().closed:
             try:
-                _run_token_loop(source, window, lister, staging, from_param, until_param, progress)
+                _run_token_loop(source, window, lister, staging, from_param, until_param, progress, described)
             except BadResumptionToken as exc:
                 # Tokens expire: the only safe continuation is the window's from-bound again.
                 if restarts >= MAX_RESTARTS:
-                    raise exc.with_context(**ctx, hint="the server keeps expiring tokens; lower the page size or retry later") from None
+                    raise exc.with_context(hint="the server keeps expiring tokens; lower the page size or retry later") from None
                 restarts += 1
                 staging.start_attempt(run_id, request_key)
                 staging.add_warning(f"restarted the window after badResumptionToken at {exc.url}")
+            except MalformedXMLError as exc:
+                # Often a cut connection or a server hiccup: the cursor still points at this page.
+                if refetches >= MAX_MALFORMED_REFETCHES:
+                    raise exc.with_context(hint="the page stays malformed after refetching; report it to the server's maintainers") from None
+                refetches += 1
+                staging.add_warning(f"page did not parse, fetched it again: {exc}")
         cursor = staging.cursor()
+        if not full:
+            _defer_if_server_clock_behind(window, cursor.response_date)
         duplicates, examples = staging.duplicate_identifiers()
         outside = staging.outside_window_count()
         staging.close()
@@ -199,8 +216,10 @@ def harvest_window(
                 run_id=run_id, attempt_id=cursor.attempt_id,
             )
             warnings = list(cursor.warnings)
-            if outside:
+            if outside and not full:
                 warnings.append(f"{outside} records had datestamps outside the requested window (kept)")
+            if counts.quarantined:
+                warnings.append(f"{counts.quarantined} record(s) quarantined (see the quarantine table)")
             checks = evaluate_checks(
                 counts=counts, complete_list_size=cursor.complete_list_size, pages=cursor.pages,
                 duplicates=duplicates, duplicate_examples=examples, cursor_closed=cursor.closed,
@@ -211,17 +230,19 @@ def harvest_window(
                 complete_list_size=cursor.complete_list_size, received=counts.received,
                 distinct_received=counts.distinct_received, stored=counts.stored, created=counts.created,
                 updated=counts.updated, unchanged=counts.unchanged, deleted=counts.deleted,
-                revived=counts.revived, stale=counts.stale, upserted=counts.upserted, pages=cursor.pages,
+                revived=counts.revived, restored=counts.restored, stale=counts.stale, upserted=counts.upserted,
+                quarantined=counts.quarantined, repaired_chars=cursor.repaired, pages=cursor.pages,
                 duplicates=duplicates, cursor_closed=cursor.closed,
                 check_complete="passed" if checks["complete"].passed else ("unproven" if checks["complete"].severity == "warn" else "failed"),
                 check_duplicates="passed" if checks["no_duplicates"].passed else "failed",
                 check_cursor="passed" if checks["cursor_closed"].passed else "failed",
-                response_date=cursor.response_date, warnings=warnings,
+                response_date=cursor.response_date, warnings=warnings, retry_not_before=None,
             )
             con.execute("COMMIT")
         staging.remove()
     except BaseException as exc:
-        staging.close()
+        if staging is not None:
+            staging.close()
         _record_failure(connect, source, window, exc)
         if isinstance(exc, HarvestError):
             raise exc.with_context(**ctx) from None
@@ -233,7 +254,75 @@ def harvest_window(
         complete_list_size=cursor.complete_list_size, counts=counts, duplicates=duplicates,
         duplicate_examples=examples, cursor_closed=cursor.closed, outside_window=outside,
         resumed=resumed, restarts=restarts, warnings=warnings, seconds=time.monotonic() - started, checks=checks,
+        repaired=cursor.repaired,
     )
+
+
+def _defer_if_server_clock_behind(window: Window, response_date: str | None) -> None:
+    """A server whose clock is before the window's end may not have indexed all of it yet."""
+    if not response_date:
+        return
+    try:
+        server_now = parse_datestamp(response_date)
+    except ValueError:
+        return
+    if server_now < window.end:
+        wait = (window.end - server_now).total_seconds() + 60
+        raise DeferredError(
+            f"the server's clock ({response_date}) is before the window's end ({window.end:%Y-%m-%dT%H:%M:%SZ});"
+            " its answer may be missing records",
+            retry_after_seconds=wait,
+            hint="the window is deferred and will be harvested again later",
+        )
+
+
+class _Guards:
+    """Pagination guards: stop a traversal that loops or grows beyond belief, naming the guard."""
+
+    def __init__(self, received_before: int):
+        self.seen_tokens: set[str] = set()
+        self.first_identifier: str | None = None
+        self.received = received_before
+        self.cursor_warned = False
+
+    def check(self, page, complete_list_size: int | None, pages_done: int) -> list[str]:
+        warnings = []
+        token = page.next_token
+        if token is not None and token in self.seen_tokens:
+            raise ProtocolError(
+                f"guard 'repeated-token': the server sent token {token!r} twice in one traversal",
+                url=page.url, hint="the server loops; report it to its maintainers",
+            )
+        if token is not None:
+            self.seen_tokens.add(token)
+        if page.records:
+            first = page.records[0].identifier
+            if self.first_identifier is None:
+                self.first_identifier = first
+            elif first == self.first_identifier:
+                raise ProtocolError(
+                    "guard 'list-restarted': a later page starts again with the list's first record "
+                    f"({first})", url=page.url, hint="the server's final token restarts the list; report it",
+                )
+        cursor = page.resumption.cursor
+        if cursor is not None and cursor != self.received and not self.cursor_warned:
+            warnings.append(f"the server's cursor ({cursor}) differs from the records received before that page ({self.received}); ignored")
+            self.cursor_warned = True
+        self.received += len(page.records) + len(page.quarantined)
+        if complete_list_size is not None:
+            if self.received > complete_list_size * 2 + 100:
+                raise ProtocolError(
+                    f"guard 'count-overflow': received {self.received} records, far beyond completeListSize "
+                    f"{complete_list_size}", url=page.url, hint="the server repeats records; report it",
+                )
+            if pages_done > complete_list_size + 10:
+                raise ProtocolError(
+                    f"guard 'page-limit': {pages_done} pages for completeListSize {complete_list_size}",
+                    url=page.url, hint="the server loops; report it",
+                )
+        elif pages_done > MAX_PAGES_WITHOUT_SIZE:
+            raise ProtocolError(f"guard 'page-limit': more than {MAX_PAGES_WITHOUT_SIZE} pages", url=page.url)
+        return warnings
 
 
 def _run_token_loop(
@@ -244,27 +333,27 @@ def _run_token_loop(
     from_param: str | None,
     until_param: str | None,
     progress: Progress | None,
+    described: dict,
 ) -> None:
     """Fetch pages from the cursor's position until the list ends, committing each page."""
     cursor = staging.cursor()
-    seen_tokens: set[str] = set()
+    guards = _Guards(cursor.received + cursor.quarantined_unparsed)
+    seconds_granularity = "hh" in (described.get("granularity") or "")
     pages = lister.pages(from_param=from_param, until_param=until_param, resume_token=cursor.token)
-    page_offset = cursor.pages
+    page_offset, size = cursor.pages, cursor.complete_list_size
     for page in pages:
         page.page_number += page_offset
-        token = page.next_token
-        if token is not None and token in seen_tokens:
-            raise ProtocolError(
-                f"guard 'repeated-token': the server sent token {token!r} twice in one traversal",
-                url=page.url,
-                hint="the server loops; report it to its maintainers",
-            )
-        if token is not None:
-            seen_tokens.add(token)
-        rows, warnings = page_rows(page, metadata_prefix=source.metadata_prefix, window_start=window.start, window_end=window.end)
+        if size is None:
+            size = page.resumption.complete_list_size
+        warnings = [*page.warnings, *guards.check(page, size, page.page_number)]
+        if seconds_granularity:
+            day_only = sum(1 for r in page.records if len(r.datestamp) == 10)
+            if day_only:
+                warnings.append(f"page {page.page_number}: {day_only} datestamp(s) have day granularity although Identify says seconds")
+        rows, quarantined = page_rows(page, metadata_prefix=source.metadata_prefix, window_start=window.start, window_end=window.end)
         staging.write_page(
-            rows, next_token=token, complete_list_size=page.resumption.complete_list_size,
-            response_date=page.response_date, warnings=[*page.warnings, *warnings],
+            rows, next_token=page.next_token, complete_list_size=page.resumption.complete_list_size,
+            response_date=page.response_date, warnings=warnings, quarantined=quarantined, repaired=page.repaired,
         )
         if progress is not None:
             state = staging.cursor()
@@ -275,10 +364,16 @@ def _run_token_loop(
 
 
 def _record_failure(connect: Connect, source: SourceConfig, window: Window, exc: BaseException) -> None:
-    """Mark the window failed in the ledger; never mask the original error."""
+    """Mark the window failed (or deferred) in the ledger; never mask the original error."""
     text = str(exc) if isinstance(exc, HarvestError) else f"{type(exc).__name__}: {exc}"
     try:
         with connect() as con:
-            ledger.fail_window(con, source_id=source.id, window_start=window.start, error=text)
+            if isinstance(exc, DeferredError):
+                ledger.defer_window(
+                    con, source_id=source.id, window=window, error=text,
+                    retry_not_before=datetime.now(timezone.utc) + timedelta(seconds=exc.retry_after_seconds),
+                )
+            else:
+                ledger.fail_window(con, source_id=source.id, window=window, error=text)
     except Exception:
         pass

@@ -49,6 +49,16 @@ class OAIRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class QuarantinedRecord:
+    """A record we could not read: kept with its raw bytes instead of failing the window."""
+
+    identifier: str | None
+    raw: bytes
+    error: str
+    kind: str = "parse"  # "parse" | "map"
+
+
+@dataclass(frozen=True, slots=True)
 class ResumptionInfo:
     """The <resumptionToken> element. `present=False` means the element was absent."""
 
@@ -72,6 +82,8 @@ class ListPage:
     byte_size: int = 0
     empty_list: bool = False  # the server said noRecordsMatch
     warnings: list[str] = field(default_factory=list)
+    quarantined: list[QuarantinedRecord] = field(default_factory=list)
+    repaired: int = 0  # characters / bytes replaced by U+FFFD to make the page parse
 
     @property
     def next_token(self) -> str | None:

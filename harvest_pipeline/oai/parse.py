@@ -15,6 +15,7 @@ accept an optional ``warnings`` list that they append their observations to.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from functools import lru_cache
 from types import SimpleNamespace
@@ -25,6 +26,7 @@ from harvest_pipeline.dates import normalize_granularity, parse_datestamp
 from harvest_pipeline.errors import (
     BadResumptionToken,
     IdDoesNotExist,
+    MalformedXMLError,
     NoRecordsMatch,
     OAIError,
     ProtocolError,
@@ -36,8 +38,10 @@ from harvest_pipeline.oai.models import (
     MetadataFormat,
     OAIRecord,
     OAISet,
+    QuarantinedRecord,
     ResumptionInfo,
 )
+from harvest_pipeline.xmlrepair import repair, split_records, wrap_record
 from harvest_pipeline.xmlsafe import parse_xml
 
 __all__ = [
@@ -127,7 +131,18 @@ def raise_for_oai_errors(error_elements, url: str | None) -> None:
 class _Response:
     """The envelope of one parsed response."""
 
-    __slots__ = ("root", "T", "response_date", "body", "stray_token", "warnings", "no_records")
+    __slots__ = ("root", "T", "response_date", "body", "stray_token", "warnings", "no_records", "repaired")
+
+
+def _parse_repairing(content: bytes, url: str | None):
+    """Parse; if that fails, repair illegal characters / invalid bytes and parse again."""
+    try:
+        return parse_xml(content, url=url), None
+    except MalformedXMLError:
+        repaired, repairs = repair(content)
+        if not repairs.total:
+            raise
+        return parse_xml(repaired, url=url), repairs
 
 
 def _open(
@@ -135,7 +150,7 @@ def _open(
 ) -> _Response:
     """Parse the envelope; raise for OAI errors (``allow_no_records``: noRecordsMatch alone is
     returned as ``r.no_records`` = its message instead of raised)."""
-    root = parse_xml(content, url=url)
+    root, repairs = _parse_repairing(content, url)
     tag = root.tag
     if not isinstance(tag, str):
         raise ProtocolError("the response has no root element", url=url)
@@ -150,6 +165,9 @@ def _open(
         )
     r = _Response()
     r.warnings = []
+    r.repaired = repairs.total if repairs else 0
+    if repairs:
+        r.warnings.append(repairs.describe())
     if ns != OAI_NS:
         r.warnings.append(
             f"root element <OAI-PMH> is in namespace {ns!r}, not {OAI_NS!r}; read it anyway"
@@ -363,7 +381,12 @@ def _list_page(
     empty_on_no_records_match: bool,
 ) -> ListPage:
     params = dict(params) if params else {}
-    r = _open(content, url, verb, allow_no_records=empty_on_no_records_match)
+    try:
+        r = _open(content, url, verb, allow_no_records=empty_on_no_records_match)
+    except MalformedXMLError as exc:
+        if verb != "ListRecords":
+            raise
+        return _salvage_list_records(content, url, params, page_number, exc)
     if r.no_records is not None:
         page = ListPage(
             url=url,
@@ -425,7 +448,46 @@ def _list_page(
         byte_size=len(content),
         empty_list=False,
         warnings=warnings,
+        repaired=r.repaired,
     )
+
+
+def _salvage_list_records(
+    content: bytes, url: str, params: dict, page_number: int, error: MalformedXMLError
+) -> ListPage:
+    """A page that does not parse: keep every record that does, quarantine the others.
+
+    The page minus its <record> elements must parse (it carries the token); if it does not, the
+    page is broken beyond one record and the original error is raised.
+    """
+    body_bytes, repairs = repair(content)
+    envelope, chunks, decls = split_records(body_bytes)
+    if not chunks:
+        raise error
+    try:
+        page = _list_page(envelope, url, params, page_number, "ListRecords", False)
+    except MalformedXMLError:
+        raise error from None  # the page as received: its error names the real line and column
+    default_ns = re.search(rb'xmlns="([^"]*)"', decls)
+    T = _tags(default_ns.group(1).decode() if default_ns else OAI_NS)
+    counters = [0, 0]
+    for chunk in chunks:
+        try:
+            body = parse_xml(wrap_record(chunk.raw, decls), url=url)
+        except MalformedXMLError as exc:
+            page.quarantined.append(QuarantinedRecord(chunk.identifier, chunk.raw, exc.message))
+            continue
+        _read_records(body, T, page.records.append, page.warnings, counters)
+    _finish_counters(counters, page.warnings)
+    page.byte_size = len(content)
+    page.repaired += repairs.total
+    if repairs.total:
+        page.warnings.append(repairs.describe())
+    page.warnings.append(
+        f"page {page_number} did not parse as a whole: kept {len(page.records)} record(s), "
+        f"quarantined {len(page.quarantined)}"
+    )
+    return page
 
 
 def parse_list_records(

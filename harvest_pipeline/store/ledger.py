@@ -16,6 +16,7 @@ VERIFIED = "verified"  # every check passed, completeness proven against complet
 UNPROVEN = "unproven"  # checks passed but the server gave no completeListSize to prove against
 INCOMPLETE = "incomplete"  # harvested, but a check failed
 FAILED = "failed"  # the harvest itself failed; see `error`
+DEFERRED = "deferred"  # the server asked us to come back later (see `retry_not_before`)
 WATERMARK_PASSES = (VERIFIED, UNPROVEN)
 
 
@@ -42,6 +43,8 @@ class WindowRow:
     error: str | None
     started_at: datetime | None
     finished_at: datetime | None
+    quarantined: int | None = None
+    retry_not_before: datetime | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -70,7 +73,7 @@ def begin_window(
             window_end = excluded.window_end, partition_key = excluded.partition_key, status = 'running',
             run_id = excluded.run_id, attempts = harvest_windows.attempts + 1,
             from_param = excluded.from_param, until_param = excluded.until_param,
-            started_at = excluded.started_at, finished_at = NULL, error = NULL
+            started_at = excluded.started_at, finished_at = NULL, error = NULL, retry_not_before = NULL
         """,
         [source_id, to_naive_utc(window_start), to_naive_utc(window_end), partition_key, run_id, from_param, until_param, utcnow()],
     )
@@ -87,8 +90,32 @@ def finish_window(con: duckdb.DuckDBPyConnection, *, source_id: str, window_star
     )
 
 
-def fail_window(con: duckdb.DuckDBPyConnection, *, source_id: str, window_start: datetime, error: str, status: str = FAILED) -> None:
-    finish_window(con, source_id=source_id, window_start=window_start, status=status, error=error[:4000])
+def _end_window(con, *, source_id: str, window, status: str, error: str, retry_not_before=None) -> None:
+    """Record a window that ended without a verdict; inserts the row if the harvest never began."""
+    now = utcnow()
+    con.execute(
+        """
+        INSERT INTO harvest_windows (source_id, window_start, window_end, partition_key, status, attempts,
+                                     error, started_at, finished_at, retry_not_before)
+        VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?)
+        ON CONFLICT (source_id, window_start) DO UPDATE SET
+            status = excluded.status, error = excluded.error, finished_at = excluded.finished_at,
+            retry_not_before = excluded.retry_not_before,
+            attempts = CASE WHEN harvest_windows.status = 'running' THEN harvest_windows.attempts
+                            ELSE harvest_windows.attempts + 1 END,
+            seconds = date_diff('millisecond', harvest_windows.started_at, excluded.finished_at) / 1000.0
+        """,
+        [source_id, to_naive_utc(window.start), to_naive_utc(window.end), window.key, status, error[:4000],
+         now, now, to_naive_utc(retry_not_before)],
+    )
+
+
+def fail_window(con: duckdb.DuckDBPyConnection, *, source_id: str, window, error: str) -> None:
+    _end_window(con, source_id=source_id, window=window, status=FAILED, error=error)
+
+
+def defer_window(con: duckdb.DuckDBPyConnection, *, source_id: str, window, error: str, retry_not_before: datetime) -> None:
+    _end_window(con, source_id=source_id, window=window, status=DEFERRED, error=error, retry_not_before=retry_not_before)
 
 
 def get_window(con: duckdb.DuckDBPyConnection, source_id: str, window_start: datetime) -> WindowRow | None:

@@ -39,6 +39,8 @@ class MergeCounts:
     revived: int
     restored: int
     stale: int
+    quarantined: int = 0  # unparseable records plus records whose metadata could not be mapped
+    quarantined_unparsed: int = 0
 
     @property
     def upserted(self) -> int:
@@ -79,6 +81,26 @@ def merge_staging(
             """
         )
         received = con.execute("SELECT count(*) FROM stg.page_records").fetchone()[0]
+        quarantined, unparsed = con.execute(
+            "SELECT count(*), count(*) FILTER (WHERE kind = 'parse') FROM stg.page_quarantine"
+        ).fetchone()
+        con.execute(
+            """
+            INSERT INTO quarantine
+            SELECT ?, identifier, kind, error, raw, ?, ?, ?, ?, page_number, ? FROM stg.page_quarantine
+            """,
+            [source_id, window_start, window_end, run_id, attempt_id, now],
+        )
+        # A record we could not read has no version to store; its history says so.
+        con.execute(
+            """
+            INSERT INTO record_history
+            SELECT ?, coalesce(identifier, '(unreadable)'), NULL, false, NULL, 'quarantined', ?, ?, ?, ?,
+                   page_number, NULL, ?
+            FROM stg.page_quarantine WHERE kind = 'parse'
+            """,
+            [source_id, window_start, window_end, run_id, attempt_id, now],
+        )
     finally:
         con.execute("DETACH stg")
 
@@ -147,5 +169,7 @@ def merge_staging(
         received=int(received),
         distinct_received=int(distinct),
         stored=int(stored),
+        quarantined=int(quarantined),
+        quarantined_unparsed=int(unparsed),
         **{a: int(by_action.get(a, 0)) for a in _ACTIONS},
     )

@@ -112,6 +112,56 @@ MIGRATIONS: list[tuple[int, str]] = [
         );
         """,
     ),
+    (
+        2,
+        """
+        -- Records we could not read (parse) or map: kept with their raw bytes, never dropped.
+        CREATE TABLE quarantine (
+            source_id       VARCHAR NOT NULL,
+            identifier      VARCHAR,            -- NULL when not even the identifier was readable
+            kind            VARCHAR NOT NULL,   -- parse | map
+            error           VARCHAR NOT NULL,
+            raw             BLOB,
+            window_start    TIMESTAMP,
+            window_end      TIMESTAMP,
+            run_id          VARCHAR,
+            attempt_id      VARCHAR,
+            page_number     INTEGER,
+            quarantined_at  TIMESTAMP NOT NULL
+        );
+        ALTER TABLE harvest_windows ADD COLUMN restored BIGINT;
+        ALTER TABLE harvest_windows ADD COLUMN quarantined BIGINT;
+        ALTER TABLE harvest_windows ADD COLUMN repaired_chars BIGINT;
+        ALTER TABLE harvest_windows ADD COLUMN retry_not_before TIMESTAMP;  -- deferred windows
+        -- Non-conforming behaviour seen and worked around, e.g. 'continuation-needs-arguments'.
+        ALTER TABLE source_state ADD COLUMN quirks VARCHAR[];
+        """,
+    ),
+    (
+        3,
+        """
+        -- One row per reconciliation of a source (deletion by absence from the upstream listing).
+        -- Its tombstones are in record_history with action 'deleted' and attempt_id 'reconcile:<run_id>'.
+        CREATE TABLE reconciliations (
+            source_id            VARCHAR NOT NULL,
+            run_id               VARCHAR NOT NULL,
+            status               VARCHAR NOT NULL,   -- applied | blocked | incomplete
+            reason               VARCHAR,
+            verb                 VARCHAR,            -- how upstream was listed (ListIdentifiers, ListRecords, ...)
+            listed               BIGINT,             -- headers listed upstream, deleted ones included
+            upstream_live        BIGINT,             -- distinct identifiers listed as live
+            complete_list_size   BIGINT,
+            local_live           BIGINT,             -- live records of the source in the catalogue
+            missing              BIGINT,             -- live here, not live upstream
+            deleted              BIGINT,             -- tombstoned by this reconciliation
+            max_delete_fraction  DOUBLE,
+            confirmed            BOOLEAN NOT NULL,   -- run config confirm_mass_deletion
+            examples             VARCHAR[],          -- some of the missing identifiers
+            listing_started_at   TIMESTAMP NOT NULL,
+            finished_at          TIMESTAMP NOT NULL
+        );
+        """,
+    ),
 ]
 
 

@@ -63,6 +63,9 @@ CREATE TABLE IF NOT EXISTS page_records (
     url VARCHAR, rights VARCHAR[], bbox_west DOUBLE, bbox_south DOUBLE, bbox_east DOUBLE, bbox_north DOUBLE,
     mapping_error VARCHAR
 );
+CREATE TABLE IF NOT EXISTS page_quarantine (
+    page_number INTEGER, identifier VARCHAR, kind VARCHAR, error VARCHAR, raw BLOB
+);
 CREATE TABLE IF NOT EXISTS window_cursor (
     id                   INTEGER PRIMARY KEY,   -- always 1: one cursor per staging file
     attempt_id           VARCHAR NOT NULL,      -- the run that started this traversal
@@ -72,6 +75,7 @@ CREATE TABLE IF NOT EXISTS window_cursor (
     pages                INTEGER NOT NULL,
     received             BIGINT NOT NULL,
     complete_list_size   BIGINT,                -- from the first page that carried one
+    repaired             BIGINT NOT NULL DEFAULT 0,
     response_date        VARCHAR,               -- of the first page
     warnings             VARCHAR[] NOT NULL,
     started_at           TIMESTAMP NOT NULL,
@@ -91,6 +95,8 @@ class CursorState:
     complete_list_size: int | None
     response_date: str | None
     warnings: list[str]
+    repaired: int = 0
+    quarantined_unparsed: int = 0
 
 
 def staging_path(db_path: str | Path, source_id: str, window_start: datetime) -> Path:
@@ -117,18 +123,22 @@ class StagingWindow:
     def cursor(self) -> CursorState | None:
         row = self.con.execute(
             "SELECT attempt_id, request_key, token, closed, pages, received, complete_list_size,"
-            " response_date, warnings FROM window_cursor WHERE id = 1"
+            " response_date, warnings, repaired,"
+            " (SELECT count(*) FROM page_quarantine WHERE kind = 'parse') FROM window_cursor WHERE id = 1"
         ).fetchone()
-        return CursorState(*row[:8], list(row[8] or [])) if row else None
+        return CursorState(*row[:8], list(row[8] or []), int(row[9]), int(row[10])) if row else None
 
     def start_attempt(self, attempt_id: str, request_key: str) -> None:
         """Forget any earlier traversal and begin a new one from the window's from-bound."""
         now = utcnow()
         self.con.execute("BEGIN TRANSACTION")
         self.con.execute("DELETE FROM page_records")
+        self.con.execute("DELETE FROM page_quarantine")
         self.con.execute("DELETE FROM window_cursor")
         self.con.execute(
-            "INSERT INTO window_cursor VALUES (1, ?, ?, NULL, false, 0, 0, NULL, NULL, [], ?, ?)",
+            "INSERT INTO window_cursor (id, attempt_id, request_key, token, closed, pages, received,"
+            " complete_list_size, response_date, warnings, started_at, updated_at)"
+            " VALUES (1, ?, ?, NULL, false, 0, 0, NULL, NULL, [], ?, ?)",
             [attempt_id, request_key, now, now],
         )
         self.con.execute("COMMIT")
@@ -141,25 +151,32 @@ class StagingWindow:
         complete_list_size: int | None,
         response_date: str | None,
         warnings: list[str],
+        quarantined: list[tuple] = (),
+        repaired: int = 0,
     ) -> None:
-        """Store a page's rows and advance the cursor past it, atomically."""
+        """Store a page's rows (and quarantined records) and advance the cursor past it, atomically.
+
+        `quarantined`: (page_number, identifier, kind, error, raw bytes) tuples.
+        """
         self.con.execute("BEGIN TRANSACTION")
         try:
             if rows.num_rows:
                 self.con.register("page_rows", rows)
                 self.con.execute(f"INSERT INTO page_records SELECT {', '.join(PAGE_COLUMNS)} FROM page_rows")
                 self.con.unregister("page_rows")
+            if quarantined:
+                self.con.executemany("INSERT INTO page_quarantine VALUES (?, ?, ?, ?, ?)", list(quarantined))
             self.con.execute(
                 """
                 UPDATE window_cursor SET
-                    token = ?, closed = ?, pages = pages + 1, received = received + ?,
+                    token = ?, closed = ?, pages = pages + 1, received = received + ?, repaired = repaired + ?,
                     complete_list_size = coalesce(complete_list_size, ?),
                     response_date = coalesce(response_date, ?),
                     warnings = list_concat(warnings, ?::VARCHAR[]),
                     updated_at = ?
                 WHERE id = 1
                 """,
-                [next_token, next_token is None, rows.num_rows, complete_list_size, response_date, warnings, utcnow()],
+                [next_token, next_token is None, rows.num_rows, repaired, complete_list_size, response_date, warnings, utcnow()],
             )
             self.con.execute("COMMIT")
         except Exception:
