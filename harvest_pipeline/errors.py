@@ -97,3 +97,20 @@ class HTTPStatusError(TransportError):
         super().__init__(message, **kw)
         self.status_code = status_code
         self.retry_after = retry_after  # the raw Retry-After header (seconds or an HTTP-date)
+
+
+class DeferredError(HarvestError):
+    """The server asked us to come back later than we are willing to wait (Retry-After beyond
+    the cap, or its clock is behind the window's end): the window is deferred, not failed."""
+
+    def __init__(self, message: str, *, retry_after_seconds: float, **kw):
+        super().__init__(message, **kw)
+        self.retry_after_seconds = retry_after_seconds
+
+
+class ResponseTooLarge(TransportError):
+    """A response body (after decompression) exceeded the source's `http.max_response_mb`."""
+
+    def __init__(self, message: str, *, limit_bytes: int, **kw):
+        super().__init__(message, **kw)
+        self.limit_bytes = limit_bytes
