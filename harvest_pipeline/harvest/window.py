@@ -14,6 +14,7 @@ import duckdb
 
 from harvest_pipeline.dates import parse_datestamp
 from harvest_pipeline.errors import BadResumptionToken, DeferredError, HarvestError, MalformedXMLError, ProtocolError
+from harvest_pipeline.crashpoints import crashpoint
 from harvest_pipeline.harvest.listers import Lister, lister_for
 from harvest_pipeline.harvest.rows import page_rows
 from harvest_pipeline.sources import SourceConfig
@@ -215,6 +216,7 @@ def harvest_window(
                 con, staging.path, source_id=source.id, window_start=window.start, window_end=window.end,
                 run_id=run_id, attempt_id=cursor.attempt_id,
             )
+            crashpoint("mid-merge")
             warnings = list(cursor.warnings)
             if outside and not full:
                 warnings.append(f"{outside} records had datestamps outside the requested window (kept)")
@@ -239,6 +241,7 @@ def harvest_window(
                 response_date=cursor.response_date, warnings=warnings, retry_not_before=None,
             )
             con.execute("COMMIT")
+        crashpoint("after-merge")
         staging.remove()
     except BaseException as exc:
         if staging is not None:
@@ -351,6 +354,7 @@ def _run_token_loop(
             if day_only:
                 warnings.append(f"page {page.page_number}: {day_only} datestamp(s) have day granularity although Identify says seconds")
         rows, quarantined = page_rows(page, metadata_prefix=source.metadata_prefix, window_start=window.start, window_end=window.end)
+        crashpoint("after-fetch")
         staging.write_page(
             rows, next_token=page.next_token, complete_list_size=page.resumption.complete_list_size,
             response_date=page.response_date, warnings=warnings, quarantined=quarantined, repaired=page.repaired,

@@ -16,6 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from harvest_pipeline.errors import StoreLockedError
+from harvest_pipeline.crashpoints import crashpoint
 from harvest_pipeline.store.clock import utcnow
 from harvest_pipeline.store.connection import open_with_retry
 
@@ -166,6 +167,7 @@ class StagingWindow:
                 self.con.unregister("page_rows")
             if quarantined:
                 self.con.executemany("INSERT INTO page_quarantine VALUES (?, ?, ?, ?, ?)", list(quarantined))
+            crashpoint("mid-page-write")
             self.con.execute(
                 """
                 UPDATE window_cursor SET
