@@ -2,6 +2,9 @@
 
 Prints exactly one line to stdout once it is ready (process.py waits for it):
 `demo provider listening on http://HOST:PORT/oai (N records, ...)`.
+
+Fault modes (faults.py): `--fault KEY=VALUE` (repeatable, e.g. `--fault fail_every=3`) and
+`--faults PRESET` (`all-recoverable` or `none`); the preset is applied first.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import threading
 from datetime import date
 
 from .corpus import SETS, Corpus, CorpusConfig
+from .faults import PRESETS, active_faults, fault_field_names, preset
 from .server import ServerOptions, make_server, start_in_thread
 
 DEFAULT_HOST = "127.0.0.1"
@@ -37,8 +41,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--now", default=None, help="freeze the provider clock (ISO datetime, Z = UTC)")
     p.add_argument("--complete-list-size-bias", type=int, default=d.complete_list_size_bias,
                    help="added to the reported completeListSize (a lying server)")
+    p.add_argument("--fault", action="append", default=[], metavar="KEY=VALUE",
+                   help="switch on a fault mode (repeatable); keys: " + ", ".join(fault_field_names())
+                   + " (see harvest_pipeline/demo/faults.py)")
+    p.add_argument("--faults", choices=sorted(PRESETS), default=None,
+                   help="a preset of fault modes, applied before --fault (see faults.py)")
     p.add_argument("--verbose", action="store_true", help="log every request to stderr")
     return p
+
+
+def parse_faults(items: list[str]) -> dict[str, str]:
+    """`["fail_every=3", ...]` -> {"fail_every": "3"}; ValueError on a malformed item."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--fault wants KEY=VALUE, got {item!r}")
+        key = key.strip().replace("-", "_")
+        if key not in fault_field_names():
+            raise ValueError(f"--fault: unknown fault {key!r} (known: {', '.join(fault_field_names())})")
+        out[key] = value.strip()
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
                               end_day=args.end_day, seed=args.seed)
         options = ServerOptions(page_size=args.page_size, token_ttl=args.token_ttl, granularity=args.granularity,
                                 complete_list_size_bias=args.complete_list_size_bias)
+        if args.faults:
+            options = options.replace(**preset(args.faults))
+        options = options.replace(**parse_faults(args.fault))
         corpus = Corpus(config, now=args.now)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -73,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"demo provider listening on {server.url} ({s['total']} records: {s['live']} live, "
           f"{s['deleted']} deleted; {config.days} days x {config.records_per_day}/day to {corpus.end_day}; "
           f"sets {', '.join(spec for spec, _, _ in SETS)}; granularity {options.granularity}; "
-          f"page size {options.page_size}; {clock})", flush=True)
+          f"page size {options.page_size}; {clock}"
+          + "".join(f"; fault {k}={v}" for k, v in active_faults(options).items()) + ")", flush=True)
     try:
         while not stop.wait(0.5):
             pass

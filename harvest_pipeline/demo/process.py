@@ -39,13 +39,30 @@ def _flag_value(value) -> str:
     return str(value)
 
 
+def _fault_value(value) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
 def _cli_args(options: dict) -> list[str]:
-    """Keyword options -> CLI flags, checked against the CLI parser so typos fail here."""
+    """Keyword options -> CLI flags, checked against the CLI parser so typos fail here.
+
+    Fault modes: `fault={"fail_every": 3}` (or a list of "key=value"), `faults="all-recoverable"`
+    (a preset), or any fault field directly (`fail_every=3`); each becomes `--fault key=value`."""
     from .__main__ import build_parser  # light import: argparse + corpus/server modules
+    from .faults import fault_field_names
 
     known = {a.dest for a in build_parser()._actions}
+    fault_keys = set(fault_field_names())
     out: list[str] = []
     for key, value in options.items():
+        if key == "fault":
+            items = value.items() if isinstance(value, dict) else (str(v).split("=", 1) for v in value or ())
+            for k, v in items:
+                out.extend(["--fault", f"{k}={_fault_value(v)}"])
+            continue
+        if key in fault_keys:
+            out.extend(["--fault", f"{key}={_fault_value(value)}"])
+            continue
         if key not in known or key == "help":
             raise TypeError(f"unknown demo provider option {key!r}")
         if value is None or value is False:
@@ -191,12 +208,17 @@ class DemoProcess:
     def options(self) -> dict:
         return self._call("GET", "/admin/options")
 
+    def faults(self) -> dict:
+        """GET /admin/faults: the fault request counter and the active fault modes."""
+        return self._call("GET", "/admin/faults")
+
 
 def start_demo_provider(*, startup_timeout: float = 30.0, **options) -> DemoProcess:
     """Spawn the provider on a free 127.0.0.1 port and wait for it (usable as a context manager).
 
     Options are the CLI flags with underscores: page_size, token_ttl, days, records_per_day,
-    end_day, seed, granularity, now (datetime or ISO), complete_list_size_bias, verbose, host, port.
+    end_day, seed, granularity, now (datetime or ISO), complete_list_size_bias, verbose, host, port;
+    fault modes as `fault={...}`, `faults="all-recoverable"` or directly (`fail_every=3`), see faults.py.
     """
     options.setdefault("port", 0)
     return DemoProcess(_cli_args(options), startup_timeout=startup_timeout).start()

@@ -25,6 +25,7 @@ from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qsl, urlsplit
 
+from . import faults as _faults
 from .corpus import (
     ID_PREFIX,
     METADATA_FORMATS,
@@ -36,6 +37,7 @@ from .corpus import (
     to_epoch,
     xml_escape,
 )
+from .faults import FAULT_CHECKS, FaultOptions, FaultState
 
 OAI_PATH = "/oai"
 GRANULARITY_SECONDS = "YYYY-MM-DDThh:mm:ssZ"
@@ -57,13 +59,14 @@ def _check_granularity(name, v):
 
 
 @dataclass(frozen=True)
-class ServerOptions:
+class ServerOptions(FaultOptions):
     """Behaviour knobs, including "fault/lie" modes, settable from the CLI and at runtime.
 
     Frozen: the provider swaps the whole object on update, so a request always sees one
-    consistent set of options.  To add a fault mode, add a field with a harmless default
-    (and, if needed, a check in _CHECKS); CLI, JSON admin endpoint and process helper pick
-    it up by name.
+    consistent set of options.  The fault modes are the fields inherited from
+    :class:`~.faults.FaultOptions` (documented in faults.py); to add one, add a field with a
+    harmless default there (and, if needed, a check in FAULT_CHECKS); CLI (`--fault k=v`), JSON
+    admin endpoint and process helper pick it up by name.
     """
 
     page_size: int = 100
@@ -72,6 +75,11 @@ class ServerOptions:
     complete_list_size_bias: int = 0  # added to the reported completeListSize: a server that lies
     repository_name: str = "Demo Harvest Repository"
     admin_email: str = "admin@demo.harvest.example"
+    # "persistent" | "transient" | "no": with the last two, deleted records vanish from lists and GetRecord.
+    deleted_record: str = "persistent"
+    # CSW (/csw, demo/csw.py): serve at most this many records per page without saying so (0 = off)
+    csw_max_records_cap: int = 0
+    csw_stuck_next_record: bool = False  # CSW: nextRecord repeats startPosition (a broken server)
 
     def __post_init__(self) -> None:
         if self.granularity in _GRANULARITY_ALIASES:
@@ -108,7 +116,13 @@ class ServerOptions:
         return GRANULARITY_DAY if self.day_granularity else GRANULARITY_SECONDS
 
 
-_CHECKS = {"page_size": _check_positive, "token_ttl": _check_positive, "granularity": _check_granularity}
+def _check_deleted_record(name, v):
+    if v not in ("persistent", "transient", "no"):
+        raise ValueError(f"{name} must be 'persistent', 'transient' or 'no'")
+
+
+_CHECKS = {**FAULT_CHECKS, "page_size": _check_positive, "token_ttl": _check_positive, "granularity": _check_granularity,
+           "deleted_record": _check_deleted_record}
 
 
 def _coerce(kind: str, value, key: str):
@@ -183,14 +197,21 @@ class OAIProvider:
         # derived from the seed, so tokens survive a restart of the same corpus.
         self._token_key = hashlib.sha256(f"demo.harvest:{corpus.config.seed}".encode()).digest()
         self._opt_lock = threading.Lock()
+        self.faults = FaultState()  # the request counter of the "every Nth" fault modes
+        self._req = threading.local()  # the current request's number, for list-level faults
 
     # -- options -------------------------------------------------------------------------
 
     def update_options(self, changes: dict) -> ServerOptions:
-        """Apply runtime option changes; the pseudo-option `now` moves the corpus clock."""
+        """Apply runtime option changes; the pseudo-option `now` moves the corpus clock, and
+        `faults` applies a preset of faults.py (before the other changes). Every change
+        restarts the fault request counter."""
         changes = dict(changes)
+        preset = changes.pop("faults", None)
         with self._opt_lock:
-            new = self.options.replace(**{k: v for k, v in changes.items() if k != "now"})
+            base = self.options.replace(**_faults.preset(preset)) if preset else self.options
+            new = base.replace(**{k: v for k, v in changes.items() if k != "now"})
+            self.faults.reset()
             if "now" in changes:
                 self.corpus.set_now(changes["now"] or None)
             self.options = new
@@ -203,18 +224,35 @@ class OAIProvider:
 
     # -- entry point ---------------------------------------------------------------------
 
-    def handle(self, pairs: list[tuple[str, str]], base_url: str) -> bytes:
-        """One OAI-PMH request (argument pairs in request order) -> UTF-8 response body."""
+    def handle(self, pairs: list[tuple[str, str]], base_url: str, request_no: int | None = None) -> bytes:
+        """One OAI-PMH request (argument pairs in request order) -> UTF-8 response body.
+
+        `request_no` is the request's number for the "every Nth" fault modes (the HTTP layer
+        counts; None: count here)."""
         opts = self.options
+        n = self.faults.next() if request_no is None else request_no
+        self._req.n = n
+        self._req.list_page = False
+        out = self._handle(pairs, base_url, opts)
+        if opts.bad_bytes:
+            out = out.replace(_faults.BAD_BYTES_PLACEHOLDER.encode("utf-8"), _faults.BAD_BYTES)
+        if opts.entity_attack != "off":
+            out = _faults.apply_entity_attack(out, opts.entity_attack)
+        if self._req.list_page and _faults.every(n, opts.malformed_page_every):
+            out = _faults.malform_page(out)
+        return out
+
+    def _handle(self, pairs: list[tuple[str, str]], base_url: str, opts: "ServerOptions") -> bytes:
         now = self.corpus.now_ts()
         head = f"{_HEAD}<responseDate>{format_ts(now)}</responseDate>\n"
         base_x = xml_escape(base_url)
         try:
-            verb, args = self._check_args(pairs)
+            verb, args = self._check_args(pairs, opts)
         except _OAIError as e:
             # badVerb/badArgument: the spec wants the bare base URL, no attributes.
             return self._doc(head, f"<request>{base_x}</request>\n", self._error(e))
-        attrs = "".join(f' {k}="{xml_escape(v)}"' for k, v in [("verb", verb)] + list(args.items()))
+        echo = self._clamped_echo(args, opts, now) if opts.clamp_until and "until" in args else args
+        attrs = "".join(f' {k}="{xml_escape(v)}"' for k, v in [("verb", verb)] + list(echo.items()))
         request = f"<request{attrs}>{base_x}</request>\n"
         try:
             body = getattr(self, "_" + verb)(args, opts, now, base_url)
@@ -225,6 +263,23 @@ class OAIProvider:
         return self._doc(head, request, body)
 
     @staticmethod
+    def _clamped_until(opts: "ServerOptions", now: int) -> int:
+        return now - opts.clamp_until
+
+    def _clamped_echo(self, args: dict, opts: "ServerOptions", now: int) -> dict:
+        """Fault clamp_until: the <request> echo shows the clamped until (hi is clamped in _list)."""
+        try:
+            hi, is_day = _parse_date("until", args["until"], opts.day_granularity)
+        except _OAIError:
+            return args
+        limit = self._clamped_until(opts, now)
+        if hi + (86399 if is_day else 0) <= limit:
+            return args
+        # Day granularity: the last whole day that ends by the limit.
+        value = format_ts(((limit + 1) // 86400) * 86400 - 86400, True) if is_day else format_ts(limit)
+        return {**args, "until": value}
+
+    @staticmethod
     def _doc(head: str, request: str, body: str) -> bytes:
         return "".join((head, request, body, "</OAI-PMH>\n")).encode("utf-8")
 
@@ -232,7 +287,7 @@ class OAIProvider:
     def _error(e: _OAIError) -> str:
         return f'<error code="{e.code}">{xml_escape(e.message)}</error>\n'
 
-    def _check_args(self, pairs) -> tuple[str, dict[str, str]]:
+    def _check_args(self, pairs, opts: "ServerOptions | None" = None) -> tuple[str, dict[str, str]]:
         verbs = [v for k, v in pairs if k == "verb"]
         if not verbs:
             raise _OAIError("badVerb", "the verb argument is missing")
@@ -255,7 +310,11 @@ class OAIProvider:
                 raise _OAIError("badArgument", f"argument {k!r} is empty")
             args[k] = v
         if "resumptionToken" in args:
-            if len(args) > 1:
+            if opts is not None and opts.reject_token_only:  # fault: wants the original arguments too
+                if len(args) == 1:
+                    raise _OAIError("badArgument", "repeat the original arguments (metadataPrefix, "
+                                    "from, until, set) together with resumptionToken")
+            elif len(args) > 1:
                 raise _OAIError("badArgument", "resumptionToken is an exclusive argument")
         else:
             missing = [k for k in required if k not in args]
@@ -276,7 +335,7 @@ class OAIProvider:
             "<protocolVersion>2.0</protocolVersion>"
             f"<adminEmail>{xml_escape(opts.admin_email)}</adminEmail>"
             f"<earliestDatestamp>{format_ts(earliest, opts.day_granularity)}</earliestDatestamp>"
-            "<deletedRecord>persistent</deletedRecord>"
+            f"<deletedRecord>{opts.deleted_record}</deletedRecord>"
             f"<granularity>{opts.granularity_label}</granularity>"
             "<description><oai-identifier xmlns=\"http://www.openarchives.org/OAI/2.0/oai-identifier\" "
             "xsi:schemaLocation=\"http://www.openarchives.org/OAI/2.0/oai-identifier "
@@ -311,11 +370,11 @@ class OAIProvider:
     def _GetRecord(self, args, opts, now, base_url) -> str:
         prefix = args["metadataPrefix"]
         view = self.corpus.get(args["identifier"])
-        if view is None:
+        if view is None or (view.deleted and opts.deleted_record != "persistent"):
             raise _OAIError("idDoesNotExist", f"unknown identifier {args['identifier']!r}")
         if prefix not in METADATA_FORMATS:
             raise _OAIError("cannotDisseminateFormat", f"metadataPrefix {prefix!r} is not supported")
-        return f"<GetRecord>{self._record(view, prefix, opts.day_granularity)}</GetRecord>\n"
+        return f"<GetRecord>{self._record(view, prefix, opts.day_granularity, opts)}</GetRecord>\n"
 
     def _ListIdentifiers(self, args, opts, now, base_url) -> str:
         return self._list("ListIdentifiers", args, opts, now)
@@ -331,9 +390,17 @@ class OAIProvider:
             tok = self._decode_token(args["resumptionToken"], verb)
             prefix, set_spec, lo, hi = tok["m"], tok["s"], tok["lo"], tok["hi"]
             after, cursor, size, snapshot = (tok["d"], tok["i"]), tok["c"], tok["n"], tok["q"]
-            origin = tok
+            if tok["d"] is None:  # fault restart_list: this token starts the list again
+                after = None
+            origin = {k: v for k, v in tok.items() if k not in ("e", "t", "x", "d", "i", "c")}
+            self._req.list_page = True
+            if tok.get("e"):  # fault extra_empty_page: the page after the last one is empty
+                rt = "" if opts.no_final_token_element else self._token_element("", size, cursor, opts, now)
+                return f"<{verb}>{rt}</{verb}>\n"
         else:
             prefix = args["metadataPrefix"]
+            if opts.reject_dates and ("from" in args or "until" in args):
+                raise _OAIError("badArgument", "this repository does not support from/until")
             lo = hi = None
             f_is_day = u_is_day = None
             if "from" in args:
@@ -347,6 +414,8 @@ class OAIProvider:
                     raise _OAIError("badArgument", "from is later than until")
             if u_is_day:
                 hi += 86399  # a day `until` includes the whole day
+            if opts.ignore_dates:  # fault: from/until silently ignored
+                lo = hi = None
             if prefix not in METADATA_FORMATS:
                 raise _OAIError("cannotDisseminateFormat", f"metadataPrefix {prefix!r} is not supported")
             set_spec = args.get("set")
@@ -358,7 +427,13 @@ class OAIProvider:
             # traversal move past it instead of showing up twice (keyset paging + snapshot bound);
             # `snapshot` covers runtime touches that land exactly on that bound (frozen clock).
             hi = now if hi is None else min(hi, now)
+            if opts.index_lag_seconds:  # fault: the newest records are not indexed yet
+                hi = min(hi, now - opts.index_lag_seconds)
+            if opts.clamp_until and "until" in args:  # fault: until capped at the clock minus N
+                hi = min(hi, self._clamped_until(opts, now))
             size = self.corpus.count(lo, hi, set_spec) if lo <= hi else 0
+            if size and opts.deleted_record != "persistent":  # deletions are not listed: nor counted
+                size = self.corpus.stats(until=hi, from_=lo, set_spec=set_spec)["live"]
             if size == 0:
                 raise _OAIError("noRecordsMatch", "the combination of arguments results in an empty list")
             # Fixed for the whole traversal; the schema wants a positiveInteger even from a liar.
@@ -366,29 +441,64 @@ class OAIProvider:
             after, cursor = None, 0
             origin = {"v": verb, "m": prefix, "f": args.get("from"), "u": args.get("until"), "s": set_spec,
                       "lo": lo, "hi": hi, "n": size, "q": snapshot}
+        self._req.list_page = True
         views = self.corpus.list_page(lo, hi, set_spec, after, opts.page_size + 1, snapshot)
         if not views:  # everything left moved out of the window during the traversal
             raise _OAIError("noRecordsMatch", "no records left in this list")
         more = len(views) > opts.page_size
         if more:
             del views[opts.page_size:]
+        last = views[-1]  # the keyset position, even when it is a hidden deletion
+        if opts.deleted_record != "persistent":
+            views = [v for v in views if not v.deleted]
+        before, beyond = [], []
+        if opts.out_of_window_records and after is None and "resumptionToken" not in args and (
+                "from" in args or "until" in args):  # fault: a few records outside the window
+            k = opts.out_of_window_records
+            if lo > 0:
+                before = self.corpus.list_page(max(0, lo - 7 * 86400), lo - 1, set_spec, None, k, snapshot)
+            if hi < now:
+                beyond = self.corpus.list_page(hi + 1, now, set_spec, None, k, snapshot)
+        page = before + views + beyond
+        hday = day or opts.date_only_datestamps
         if verb == "ListRecords":
-            items = "".join(self._record(v, prefix, day) for v in views)
+            broken = None
+            if _faults.every(self._req.n, opts.broken_record_every):
+                broken = next((v.identifier for v in views if not v.deleted), None)
+            items = "".join(self._record(v, prefix, day, opts, broken=v.identifier == broken) for v in page)
         else:
-            items = "".join(self._header(v, day) for v in views)
-        if more:
-            last = views[-1]
-            issued = int(time.time())
-            token = self._encode_token({
-                **origin, "d": last.datestamp, "i": last.identifier, "c": cursor + len(views),
-                "t": issued, "x": issued + opts.token_ttl})
-            rt = (f'<resumptionToken completeListSize="{size}" cursor="{cursor}" '
-                  f'expirationDate="{format_ts(now + opts.token_ttl)}">{token}</resumptionToken>')
-        elif after is not None:  # the last page of a multi-page list: an empty token
-            rt = f'<resumptionToken completeListSize="{size}" cursor="{cursor}"/>'
+            items = "".join(self._header(v, hday) for v in page)
+        issued = int(time.time())
+
+        def new_token(**position) -> str:
+            return self._encode_token({**origin, **position, "t": issued, "x": issued + opts.token_ttl})
+
+        multi_page = after is not None or "resumptionToken" in args
+        if opts.repeat_token and "resumptionToken" in args and cursor // opts.page_size >= opts.repeat_token:
+            # fault repeat_token: the same token (hence the same page) again and again
+            rt = self._token_element(args["resumptionToken"], size, cursor, opts, now)
+        elif more:
+            token = new_token(d=last.datestamp, i=last.identifier, c=cursor + len(views))
+            rt = self._token_element(token, size, cursor, opts, now)
+        elif multi_page and opts.restart_list:  # fault: the final token starts the list again
+            rt = self._token_element(new_token(d=None, i=None, c=0), size, cursor, opts, now)
+        elif multi_page and opts.extra_empty_page:  # fault: a token that leads to an empty page
+            token = new_token(d=last.datestamp, i=last.identifier, c=cursor + len(views), e=1)
+            rt = self._token_element(token, size, cursor, opts, now)
+        elif multi_page and not opts.no_final_token_element:  # the last page: an empty token
+            rt = self._token_element("", size, cursor, opts, now)
         else:
             rt = ""
         return f"<{verb}>{items}{rt}</{verb}>\n"
+
+    @staticmethod
+    def _token_element(token: str, size: int, cursor: int, opts: "ServerOptions", now: int) -> str:
+        attrs = "" if opts.no_complete_list_size else f' completeListSize="{size}"'
+        attrs += f' cursor="{cursor // opts.page_size if opts.wrong_cursor else cursor}"'
+        if not token:
+            return f"<resumptionToken{attrs}/>"
+        return (f'<resumptionToken{attrs} expirationDate="{format_ts(now + opts.token_ttl)}">'
+                f"{token}</resumptionToken>")
 
     @staticmethod
     def _header(v: RecordView, day: bool) -> str:
@@ -397,10 +507,18 @@ class OAIProvider:
         return (f"<header{status}><identifier>{v.identifier}</identifier>"
                 f"<datestamp>{format_ts(v.datestamp, day)}</datestamp>{specs}</header>")
 
-    def _record(self, v: RecordView, prefix: str, day: bool) -> str:
+    def _record(self, v: RecordView, prefix: str, day: bool, opts: "ServerOptions | None" = None,
+                broken: bool = False) -> str:
+        if opts is not None and opts.date_only_datestamps:
+            day = True
         if v.deleted:  # persistent deletion: header only, no metadata
             return f"<record>{self._header(v, day)}</record>"
-        return f"<record>{self._header(v, day)}<metadata>{self.corpus.render(v, prefix)}</metadata></record>"
+        md = self.corpus.render(v, prefix)
+        if opts is not None:
+            md = _faults.taint_metadata(md, v.n, opts)
+            if broken:
+                md = _faults.break_metadata(md)
+        return f"<record>{self._header(v, day)}<metadata>{md}</metadata></record>"
 
     # -- resumption tokens ---------------------------------------------------------------
     # Stateless: urlsafe base64 of compact JSON (original arguments, frozen window, keyset
@@ -450,12 +568,72 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         self._dispatch()
 
-    def _send(self, status: int, body: bytes, ctype: str) -> None:
+    def _send(self, status: int, body: bytes, ctype: str, headers: dict | None = None) -> None:
         self.send_response(status)
         self.send_header("Content-Type", ctype)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    # -- network fault modes (faults.py) ----------------------------------------------------
+
+    def _send_oai(self, pairs, base_url: str) -> None:
+        """Answer one /oai request, applying the network fault modes of the current options."""
+        provider = self.server.provider
+        n = provider.faults.next()
+        opts = provider.options
+        accepts_gzip = "gzip" in (self.headers.get("Accept-Encoding") or "").lower()
+        plan = _faults.network_plan(opts, n, accepts_gzip)
+        if plan.slow_seconds:
+            time.sleep(plan.slow_seconds)
+        if plan.fail_status:
+            headers = {"Retry-After": plan.retry_after} if plan.retry_after else None
+            msg = f"fault: request {n} fails (fail_every={opts.fail_every})\n".encode()
+            return self._send(plan.fail_status, msg, "text/plain; charset=utf-8", headers)
+        if plan.bomb:
+            return self._send_bomb(plan.bomb, opts.gzip_bomb_mb)
+        if plan.empty:
+            return self._send(200, b"", "text/xml; charset=utf-8")
+        out = provider.handle(pairs, base_url, request_no=n)
+        headers = {}
+        if plan.gzip:
+            out = _faults.gzip_bytes(out)
+            if plan.gzip == "header":
+                headers = {"Content-Encoding": "gzip", "Vary": "Accept-Encoding"}
+        if plan.truncate:
+            return self._send_truncated(out, plan.truncate, headers)
+        self._send(200, out, "text/xml; charset=utf-8", headers)
+
+    def _send_truncated(self, body: bytes, style: str, headers: dict) -> None:
+        """Half the body, then close: with the full Content-Length, or one chunk and no end."""
+        half = body[: max(1, len(body) // 2)]
+        self.send_response(200)
+        self.send_header("Content-Type", "text/xml; charset=utf-8")
+        for name, value in headers.items():
+            self.send_header(name, value)
+        if style == "chunked":
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.write(f"{len(half):x}\r\n".encode() + half + b"\r\n")
+        else:
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(half)
+        self.wfile.flush()
+        self.close_connection = True
+
+    def _send_bomb(self, mode: str, mb: int) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/xml; charset=utf-8")
+        if mode == "header":
+            self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(_faults.bomb_length(mb)))
+        self.end_headers()
+        self.close_connection = True  # a client that gives up mid-body leaves nothing to reuse
+        for piece in _faults.bomb_stream(mb):
+            self.wfile.write(piece)
 
     def _json(self, status: int, obj) -> None:
         self._send(status, json.dumps(obj, ensure_ascii=False).encode("utf-8"), "application/json; charset=utf-8")
@@ -490,8 +668,12 @@ class _Handler(BaseHTTPRequestHandler):
                 except UnicodeDecodeError:  # not UTF-8: answer badArgument through the normal path
                     pairs = [("verb", "Identify"), ("(undecodable arguments)", "")]
                 host = self.headers.get("Host") or f"{self.server.server_address[0]}:{self.server.server_port}"
-                out = self.server.provider.handle(pairs, f"http://{host}{OAI_PATH}")
-                self._send(200, out, "text/xml; charset=utf-8")
+                self._send_oai(pairs, f"http://{host}{OAI_PATH}")
+            elif route[1] == "/csw":  # OGC CSW 2.0.2 over the same corpus (demo/csw.py)
+                from .csw import CSW_PATH, serve_csw
+
+                host = self.headers.get("Host") or f"{self.server.server_address[0]}:{self.server.server_port}"
+                self._send(*serve_csw(self.server.provider, self.command, parts.query, body, f"http://{host}{CSW_PATH}"))
             elif route == ("GET", "/stats"):
                 q = dict(parse_qsl(parts.query))
                 self._json(200, self.server.provider.corpus.stats(
@@ -509,6 +691,11 @@ class _Handler(BaseHTTPRequestHandler):
                     return self._json(404, {"error": "idDoesNotExist", "identifier": ident})
                 self._json(200, {"identifier": v.identifier, "datestamp": format_ts(v.datestamp),
                                  "deleted": v.deleted, "version": v.version})
+            elif route == ("GET", "/admin/faults"):
+                provider = self.server.provider
+                self._json(200, {"requests": provider.faults.requests,
+                                 "active": _faults.active_faults(provider.options),
+                                 "presets": sorted(_faults.PRESETS)})
             elif route == ("GET", "/admin/options"):
                 self._json(200, self.server.provider.options_dict())
             elif route == ("POST", "/admin/options"):

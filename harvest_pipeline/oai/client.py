@@ -22,14 +22,14 @@ messages: userinfo in ``base_url`` is moved into requests' auth and stripped fro
 
 from __future__ import annotations
 
-import zlib
-from collections.abc import Iterator, Mapping
-from urllib.parse import unquote, urlsplit, urlunsplit
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import requests
 from requests.models import PreparedRequest
 
-from harvest_pipeline.errors import HTTPStatusError, OAIError, ProtocolError, TransportError
+from harvest_pipeline.errors import OAIError, ProtocolError
 from harvest_pipeline.oai.models import (
     IdentifyInfo,
     ListPage,
@@ -45,23 +45,16 @@ from harvest_pipeline.oai.parse import (
     parse_list_records,
     parse_list_sets,
 )
+from harvest_pipeline.oai.transport import Transport, TransportEvent, TransportResponse, strip_credentials
+
+if TYPE_CHECKING:
+    from harvest_pipeline.sources.registry import HttpSettings
 
 __all__ = ["OAIClient", "DEFAULT_USER_AGENT", "strip_credentials"]
 
 DEFAULT_USER_AGENT = "harvest_pipeline/0.1 (+OAI-PMH harvester)"
 
-_GZIP_MAGIC = b"\x1f\x8b"
-
-
-def strip_credentials(url: str) -> tuple[str, tuple[str, str] | None]:
-    """Remove ``user:password@`` from a URL; return the clean URL and the (user, password)."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url, None
-    userinfo, _, hostport = parts.netloc.rpartition("@")
-    user, _, password = userinfo.partition(":")
-    clean = urlunsplit((parts.scheme, hostport, parts.path, parts.query, parts.fragment))
-    return clean, (unquote(user), unquote(password))
+QUIRK_CONTINUATION_NEEDS_ARGUMENTS = "continuation-needs-arguments"
 
 
 class OAIClient:
@@ -70,9 +63,21 @@ class OAIClient:
     ``session``: a requests.Session to use (kept for keep-alive; created when None; never
     mutated). ``headers`` are sent with every request (User-Agent defaults to ``user_agent``).
     ``auth`` is anything requests accepts. ``method`` is "GET" (default) or "POST" (arguments
-    form-encoded in the body, as OAI-PMH allows). ``max_body_bytes`` caps the size of a body
-    that arrives gzip-compressed without a Content-Encoding header (decompression bomb guard).
+    form-encoded in the body, as OAI-PMH allows).
+
+    Transport (:mod:`harvest_pipeline.oai.transport`): ``http`` is the source's
+    :class:`~harvest_pipeline.sources.registry.HttpSettings` (retries, backoff, Retry-After cap,
+    per-host politeness, response cap); None means one attempt with the default limits.
+    ``state_dir`` holds the per-host lock files shared by every harvesting process (None:
+    in-process locks). ``timeout`` overrides ``http.timeout_seconds``; ``max_body_bytes`` lowers
+    the decompressed-size cap. ``on_event`` receives every
+    :class:`~harvest_pipeline.oai.transport.TransportEvent` (retries, recoveries, give-ups);
+    ``client.transport.drain_warnings()`` returns them as warning lines.
     """
+
+    # Set once the server has rejected a token-only continuation (a known quirk); from then on
+    # continuations repeat the original arguments. Preset it from what earlier runs learned.
+    continuation_with_arguments: bool = False
 
     def __init__(
         self,
@@ -81,22 +86,31 @@ class OAIClient:
         session: requests.Session | None = None,
         headers: dict | None = None,
         auth=None,
-        timeout: float = 60,
+        timeout: float | None = None,
         user_agent: str = DEFAULT_USER_AGENT,
         method: str = "GET",
-        max_body_bytes: int = 1 << 30,
+        max_body_bytes: int | None = None,
+        http: HttpSettings | None = None,
+        state_dir: Path | str | None = None,
+        on_event: Callable[[TransportEvent], None] | None = None,
     ):
         clean, url_auth = strip_credentials(base_url)
         self.base_url = clean
         self.session = session if session is not None else requests.Session()
         self.headers = {"User-Agent": user_agent, **(headers or {})}
         self.auth = auth if auth is not None else url_auth
-        self.timeout = timeout
         method = method.upper()
         if method not in ("GET", "POST"):
             raise ValueError(f"method must be GET or POST, not {method!r}")
         self.method = method
-        self.max_body_bytes = max_body_bytes
+        self.transport = Transport(
+            http, session=self.session, headers=self.headers, auth=self.auth,
+            state_dir=state_dir, user_agent=user_agent, timeout=timeout,
+            max_body_bytes=max_body_bytes, on_event=on_event,
+        )
+        self.timeout = self.transport.timeout
+        self.max_body_bytes = self.transport.max_body_bytes
+        self.quirks: set[str] = set()  # non-conforming behaviour this client has worked around
 
     def __repr__(self) -> str:
         return f"OAIClient({self.base_url!r})"
@@ -118,63 +132,27 @@ class OAIClient:
         p.prepare_url(self.base_url, dict(params))
         return p.url
 
-    def _get(self, params: Mapping[str, str]) -> tuple[str, bytes, requests.Response]:
-        """Send one OAI-PMH request; return (url, body bytes, response).
+    def _get(self, params: Mapping[str, str]) -> tuple[str, bytes, TransportResponse]:
+        """Send one OAI-PMH request through the transport; return (url, body bytes, response).
 
-        Raises TransportError for connection failures and timeouts, HTTPStatusError (a
-        TransportError with ``status_code`` and ``retry_after``) for non-2xx answers.
+        The transport retries what is worth retrying (see :mod:`harvest_pipeline.oai.transport`)
+        and then raises TransportError (connection failures, timeouts, truncated or empty
+        bodies), HTTPStatusError (a TransportError with ``status_code`` and ``retry_after``),
+        ResponseTooLarge, or DeferredError (Retry-After beyond the cap). The body is decoded
+        (Content-Encoding, or gzip sent without the header) and capped.
         """
         url = self.url_for(params)
-        try:
-            if self.method == "GET":
-                resp = self.session.get(
-                    url, headers=self.headers, auth=self.auth, timeout=self.timeout
-                )
-            else:
-                resp = self.session.post(
-                    self.base_url,
-                    data=dict(params),
-                    headers=self.headers,
-                    auth=self.auth,
-                    timeout=self.timeout,
-                )
-        except requests.Timeout as e:
-            raise TransportError(
-                f"no answer within {self.timeout} s ({type(e).__name__})",
-                url=url,
-                hint="the server may be slow on big pages; retry later or raise the timeout",
-            ) from e
-        except requests.RequestException as e:
-            raise TransportError(f"request failed: {type(e).__name__}: {e}", url=url) from e
-        status = resp.status_code
-        if not 200 <= status < 300:
-            retry_after = resp.headers.get("Retry-After")
-            msg = f"HTTP {status} {resp.reason or ''}".rstrip()
-            if retry_after:
-                msg += f" (Retry-After: {retry_after})"
-            raise HTTPStatusError(msg, status_code=status, retry_after=retry_after, url=url)
-        content = resp.content or b""
-        if content[:2] == _GZIP_MAGIC:
-            content = self._gunzip(content, url)
-        return url, content, resp
+        if self.method == "GET":
+            resp = self.transport.request("GET", url, display_url=url)
+        else:
+            resp = self.transport.request("POST", self.base_url, data=dict(params),
+                                          display_url=url)
+        return url, resp.content, resp
 
     def fetch(self, params: Mapping[str, str]) -> tuple[str, bytes]:
         """Send one raw request (e.g. for probing); return (url, body bytes)."""
         url, content, _ = self._get(params)
         return url, content
-
-    def _gunzip(self, content: bytes, url: str) -> bytes:
-        """A body compressed without Content-Encoding (seen in the wild): decompress it."""
-        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        try:
-            out = d.decompress(content, self.max_body_bytes + 1)
-        except zlib.error as e:
-            raise ProtocolError(f"the body looks gzip-compressed but is not: {e}", url=url) from e
-        if len(out) > self.max_body_bytes:
-            raise ProtocolError(
-                f"the gzip-compressed body expands beyond {self.max_body_bytes} bytes", url=url
-            )
-        return out
 
     # ------------------------------------------------------------------------------ verbs
 
@@ -292,36 +270,59 @@ class OAIClient:
     def _pages(self, verb, parse, metadata_prefix, from_, until, set_, resumption_token):
         if resumption_token is not None and not str(resumption_token).strip():
             raise ValueError("resumption_token is empty")
+        original = {"metadataPrefix": metadata_prefix} if metadata_prefix else {}
+        for key, value in (("from", from_), ("until", until), ("set", set_)):
+            if value is None:
+                continue
+            if not isinstance(value, str):
+                raise TypeError(
+                    f"{key} must be an OAI-PMH datestamp/setSpec string, not "
+                    f"{type(value).__name__} (see harvest_pipeline.dates)"
+                )
+            original[key] = value
         if resumption_token is not None:
             params = {"verb": verb, "resumptionToken": resumption_token}
         else:
             if not metadata_prefix:
                 raise ValueError(f"{verb} needs a metadata_prefix (or a resumption_token)")
-            params = {"verb": verb, "metadataPrefix": metadata_prefix}
-            for key, value in (("from", from_), ("until", until), ("set", set_)):
-                if value is None:
-                    continue
-                if not isinstance(value, str):
-                    raise TypeError(
-                        f"{key} must be an OAI-PMH datestamp/setSpec string, not "
-                        f"{type(value).__name__} (see harvest_pipeline.dates)"
-                    )
-                params[key] = value
-        return self._traverse(verb, parse, params)
+            params = {"verb": verb, **original}
+        return self._traverse(verb, parse, params, original)
 
-    def _traverse(self, verb, parse, params) -> Iterator[ListPage]:
+    def _traverse(self, verb, parse, params, original=None) -> Iterator[ListPage]:
         guard = _LoopGuard()
         page_number = 0
         while True:
             page_number += 1
-            url, content, _ = self._get(params)
-            page = parse(content, url, params, page_number, empty_on_no_records_match=True)
+            page = self._fetch_page(verb, parse, params, original or {}, page_number)
             yield page
             token = page.next_token
             if page.empty_list or token is None:
                 return
-            guard.check(params, token, [r.identifier for r in page.records], url)
+            guard.check(params, token, [r.identifier for r in page.records], url=page.url)
             params = {"verb": verb, "resumptionToken": token}
+
+    def _fetch_page(self, verb, parse, params, original, page_number) -> ListPage:
+        """One request. A continuation carries only verb + token, as the protocol says; a server
+        that rejects that with badArgument gets the original arguments repeated beside the token,
+        and the client remembers the quirk (see `quirks`)."""
+        continuation = "resumptionToken" in params
+        if continuation and self.continuation_with_arguments and original:
+            params = {**params, **original}
+        try:
+            url, content, _ = self._get(params)
+            return parse(content, url, params, page_number, empty_on_no_records_match=True)
+        except OAIError as exc:
+            if not (continuation and exc.code == "badArgument" and original and not self.continuation_with_arguments):
+                raise
+        self.continuation_with_arguments = True
+        self.quirks.add(QUIRK_CONTINUATION_NEEDS_ARGUMENTS)
+        url, content, _ = self._get({**params, **original})
+        page = parse(content, url, params, page_number, empty_on_no_records_match=True)
+        page.warnings.append(
+            "the server rejected a token-only continuation (badArgument); repeating the original "
+            "arguments beside the token from now on"
+        )
+        return page
 
 
 class _LoopGuard:

@@ -348,7 +348,7 @@ def _read_records(body, T, append, warnings: list[str], counters: list[int]):
                             counters[1] += 1
                             break
                 if metadata is not None:
-                    metadata_xml = tostring(metadata, encoding="unicode", with_tail=False)
+                    metadata_xml = tostring(metadata, method="c14n", exclusive=True).decode()
         if metadata is None and not deleted:
             warnings.append(f"record {identifier}: not deleted but has no metadata")
         try:

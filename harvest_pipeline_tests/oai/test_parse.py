@@ -396,7 +396,7 @@ def test_root_without_the_oai_namespace_is_read_with_a_warning():
     )
     page = parse_list_records(body, URL, PARAMS, 1)
     assert [r.identifier for r in page.records] == ["oai:x:1"]
-    assert page.records[0].metadata_xml == "<dc/>"
+    assert page.records[0].metadata_xml == "<dc></dc>"  # canonical XML (exclusive C14N)
     assert any("namespace" in w for w in page.warnings)
 
 
@@ -411,3 +411,21 @@ def test_identify_without_granularity_defaults_to_day():
     assert info.granularity == GRANULARITY_DAY
     assert info.admin_emails == ()
     assert any("granularity" in w for w in info.warnings)
+
+
+def test_metadata_xml_is_canonical_whatever_the_page_declares():
+    """The same record gives the same bytes (and so the same content hash) in any envelope."""
+    rec = (
+        b"<record><header><identifier>oai:x:1</identifier><datestamp>2024-01-01</datestamp></header>"
+        b"<metadata><oai_dc:dc xmlns:oai_dc='http://www.openarchives.org/OAI/2.0/oai_dc/' "
+        b"xmlns:dc='http://purl.org/dc/elements/1.1/'><dc:title>T</dc:title></oai_dc:dc></metadata></record>"
+    )
+    plain = b"<OAI-PMH xmlns='http://www.openarchives.org/OAI/2.0/'><ListRecords>" + rec + b"</ListRecords></OAI-PMH>"
+    busy = (
+        b"<OAI-PMH xmlns='http://www.openarchives.org/OAI/2.0/' xmlns:xsi='http://www.w3.org/2001/XMLSchema-instance'"
+        b" xmlns:extra='urn:x'><ListRecords>" + rec + b"</ListRecords></OAI-PMH>"
+    )
+    a = parse_list_records(plain, URL, PARAMS, 1).records[0].metadata_xml
+    b = parse_list_records(busy, URL, PARAMS, 1).records[0].metadata_xml
+    assert a == b
+    assert "OAI/2.0/\"" not in a and "urn:x" not in a  # no envelope namespaces leak in
