@@ -1,9 +1,10 @@
 """Repairing bodies that are almost XML, and salvaging the good records of a broken page.
 
 Real servers send control characters (0x0B, 0x1A) inside records and bytes invalid in the
-declared encoding. Those make the whole page unparseable, so we repair them: every offending
-character becomes U+FFFD (visible, never silently dropped) and is counted for the window's
-report. A page with one truly broken record is split at its <record> boundaries so the other
+declared encoding. Those make the whole page unparseable, so we repair them and count every
+repair for the window's report (never silently): characters XML 1.0 forbids are removed (they
+carry no text; removing them restores what the author typed), bytes invalid in the declared
+encoding become U+FFFD (the text they stood for is unknown, so the mark stays visible). A page with one truly broken record is split at its <record> boundaries so the other
 records are kept and only the broken one is quarantined.
 """
 
@@ -30,8 +31,8 @@ class Repairs:
 
     def describe(self) -> str:
         return (
-            f"repaired {self.control_chars} character(s) illegal in XML 1.0 and "
-            f"{self.invalid_bytes} byte(s) invalid in the declared encoding (each now U+FFFD)"
+            f"repaired the response: removed {self.control_chars} character(s) illegal in XML 1.0, "
+            f"replaced {self.invalid_bytes} byte(s) invalid in the declared encoding with U+FFFD"
         )
 
 
@@ -59,7 +60,7 @@ def repair(content: bytes) -> tuple[bytes, Repairs]:
 
     def illegal(m: re.Match) -> str:
         repairs.control_chars += 1
-        return _REPLACEMENT
+        return ""
 
     text = _ILLEGAL.sub(illegal, text)
     text = re.sub(r"^\ufeff?\s*<\?xml[^>]*\?>", '<?xml version="1.0" encoding="UTF-8"?>', text, count=1)

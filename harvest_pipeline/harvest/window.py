@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable
@@ -92,10 +92,14 @@ def evaluate_checks(
     duplicates: int,
     duplicate_examples: list[str],
     cursor_closed: bool,
+    outside_window: int = 0,
 ) -> dict[str, CheckVerdict]:
     """The three per-window verdicts; the asset checks report exactly these."""
     checks: dict[str, CheckVerdict] = {}
     listed = counts.received + counts.quarantined_unparsed  # unreadable records were listed too
+    if complete_list_size is not None and listed != complete_list_size and outside_window:
+        # Servers that add records from outside the window do not count them in completeListSize.
+        listed -= outside_window
     meta = {
         "received": counts.received, "stored": counts.stored, "complete_list_size": complete_list_size,
         "quarantined": counts.quarantined,
@@ -175,11 +179,14 @@ def harvest_window(
         with connect() as con:
             con.execute("BEGIN TRANSACTION")
             ledger.record_identify(con, source.id, **described)
+            known_quirks = ledger.get_quirks(con, source.id)
             ledger.begin_window(
                 con, source_id=source.id, window_start=window.start, window_end=window.end,
                 partition_key=window.key, run_id=run_id, from_param=from_param, until_param=until_param,
             )
             con.execute("COMMIT")
+        if hasattr(lister, "apply_quirks"):
+            lister.apply_quirks(known_quirks)
 
         staging = StagingWindow(staging_path(db_path, source.id, window.start))
         cursor = staging.cursor()
@@ -187,6 +194,7 @@ def harvest_window(
         if not resumed:
             staging.start_attempt(run_id, request_key)
         restarts = refetches = 0
+        refetched_at = -1
         while not staging.cursor().closed:
             try:
                 _run_token_loop(source, window, lister, staging, from_param, until_param, progress, described)
@@ -199,10 +207,12 @@ def harvest_window(
                 staging.add_warning(f"restarted the window after badResumptionToken at {exc.url}")
             except MalformedXMLError as exc:
                 # Often a cut connection or a server hiccup: the cursor still points at this page.
-                if refetches >= MAX_MALFORMED_REFETCHES:
+                at_page = staging.cursor().pages
+                refetches = refetches + 1 if at_page == refetched_at else 1
+                refetched_at = at_page
+                if refetches > MAX_MALFORMED_REFETCHES:
                     raise exc.with_context(hint="the page stays malformed after refetching; report it to the server's maintainers") from None
-                refetches += 1
-                staging.add_warning(f"page did not parse, fetched it again: {exc}")
+                staging.add_warning(f"page {at_page + 1} did not parse, fetched it again: {exc}")
         cursor = staging.cursor()
         if not full:
             _defer_if_server_clock_behind(window, cursor.response_date)
@@ -222,9 +232,14 @@ def harvest_window(
                 warnings.append(f"{outside} records had datestamps outside the requested window (kept)")
             if counts.quarantined:
                 warnings.append(f"{counts.quarantined} record(s) quarantined (see the quarantine table)")
+            new_quirks = set(getattr(lister, "quirks", ())) - known_quirks
+            if new_quirks:
+                ledger.add_quirks(con, source.id, new_quirks)
+                warnings.append(f"server quirk(s) detected and remembered for this source: {', '.join(sorted(new_quirks))}")
             checks = evaluate_checks(
                 counts=counts, complete_list_size=cursor.complete_list_size, pages=cursor.pages,
                 duplicates=duplicates, duplicate_examples=examples, cursor_closed=cursor.closed,
+                outside_window=0 if full else outside,
             )
             status = _status_for(checks)
             ledger.finish_window(
@@ -250,6 +265,9 @@ def harvest_window(
         if isinstance(exc, HarvestError):
             raise exc.with_context(**ctx) from None
         raise
+    finally:
+        if staging is not None:
+            staging.release()
 
     return WindowReport(
         source_id=source.id, window=window, status=status, run_id=run_id, attempt_id=cursor.attempt_id,
@@ -290,14 +308,6 @@ class _Guards:
 
     def check(self, page, complete_list_size: int | None, pages_done: int) -> list[str]:
         warnings = []
-        token = page.next_token
-        if token is not None and token in self.seen_tokens:
-            raise ProtocolError(
-                f"guard 'repeated-token': the server sent token {token!r} twice in one traversal",
-                url=page.url, hint="the server loops; report it to its maintainers",
-            )
-        if token is not None:
-            self.seen_tokens.add(token)
         if page.records:
             first = page.records[0].identifier
             if self.first_identifier is None:
@@ -307,6 +317,14 @@ class _Guards:
                     "guard 'list-restarted': a later page starts again with the list's first record "
                     f"({first})", url=page.url, hint="the server's final token restarts the list; report it",
                 )
+        token = page.next_token
+        if token is not None and token in self.seen_tokens:
+            raise ProtocolError(
+                f"guard 'repeated-token': the server sent token {token!r} twice in one traversal",
+                url=page.url, hint="the server loops; report it to its maintainers",
+            )
+        if token is not None:
+            self.seen_tokens.add(token)
         cursor = page.resumption.cursor
         if cursor is not None and cursor != self.received and not self.cursor_warned:
             warnings.append(f"the server's cursor ({cursor}) differs from the records received before that page ({self.received}); ignored")
@@ -349,6 +367,10 @@ def _run_token_loop(
         if size is None:
             size = page.resumption.complete_list_size
         warnings = [*page.warnings, *guards.check(page, size, page.page_number)]
+        if hasattr(lister, "drain_warnings"):
+            warnings += lister.drain_warnings()
+        if page.quarantined:
+            warnings += _fetch_unreadable_again(lister, page)
         if seconds_granularity:
             day_only = sum(1 for r in page.records if len(r.datestamp) == 10)
             if day_only:
@@ -365,6 +387,31 @@ def _run_token_loop(
                 "source_id": source.id, "window": window.key, "pages": state.pages,
                 "received": state.received, "complete_list_size": state.complete_list_size,
             })
+
+
+def _fetch_unreadable_again(lister: Lister, page) -> list[str]:
+    """Records unreadable inside a list page are asked for once more, alone (GetRecord).
+
+    A record that then parses joins the page (its broken copy stays in quarantine, kind
+    'recovered', for the audit); one that still fails stays quarantined as unreadable.
+    """
+    fetch = getattr(lister, "fetch_record", None)
+    notes = []
+    still_broken = []
+    for q in page.quarantined:
+        if fetch is None or not q.identifier:
+            still_broken.append(q)
+            continue
+        try:
+            page.records.append(fetch(q.identifier))
+        except HarvestError as exc:
+            still_broken.append(q)
+            notes.append(f"record {q.identifier}: unreadable in the list and again alone ({exc.message})")
+            continue
+        still_broken.append(replace(q, kind="recovered"))
+        notes.append(f"record {q.identifier}: unreadable in the list, fetched again alone with GetRecord")
+    page.quarantined = still_broken
+    return notes
 
 
 def _record_failure(connect: Connect, source: SourceConfig, window: Window, exc: BaseException) -> None:

@@ -162,3 +162,19 @@ def record_identify(con: duckdb.DuckDBPyConnection, source_id: str, *, granulari
         """,
         [source_id, granularity, earliest_datestamp, deleted_record, utcnow()],
     )
+
+
+def get_quirks(con: duckdb.DuckDBPyConnection, source_id: str) -> set[str]:
+    row = con.execute("SELECT quirks FROM source_state WHERE source_id = ?", [source_id]).fetchone()
+    return set(row[0] or []) if row else set()
+
+
+def add_quirks(con: duckdb.DuckDBPyConnection, source_id: str, quirks: set[str]) -> None:
+    """Remember non-conforming behaviour of a source's server (kept sorted, without repeats)."""
+    con.execute(
+        """
+        UPDATE source_state SET quirks = list_sort(list_distinct(list_concat(coalesce(quirks, []), ?::VARCHAR[])))
+        WHERE source_id = ?
+        """,
+        [sorted(quirks), source_id],
+    )

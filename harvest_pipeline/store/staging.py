@@ -8,7 +8,9 @@ the end, which lets windows of different sources harvest at the same time.
 
 from __future__ import annotations
 
+import fcntl
 import shutil
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -111,13 +113,10 @@ class StagingWindow:
     def __init__(self, path: Path, *, wait_seconds: float = 5.0):
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self.con = open_with_retry(path, wait_seconds=wait_seconds)
-        except StoreLockedError as exc:
-            raise StoreLockedError(
-                f"window staging file {path} is locked",
-                hint="another run is harvesting this window right now; wait for it to finish, then re-run",
-            ) from exc
+        # The window is ours from here until release(): through the token loop AND the merge,
+        # during which the staging file itself is closed (the catalogue attaches it).
+        self._lock = _acquire_window_lock(path.with_name(path.name + ".lock"), wait_seconds)
+        self.con = open_with_retry(path, wait_seconds=wait_seconds)
         self.con.execute(_DDL)
 
     # --- cursor -------------------------------------------------------------------------
@@ -214,11 +213,35 @@ class StagingWindow:
         for p in (self.path, self.path.with_name(self.path.name + ".wal")):
             p.unlink(missing_ok=True)
 
+    def release(self) -> None:
+        """Close the file and give the window up to the next run."""
+        self.close()
+        if self._lock is not None:
+            self._lock.close()  # closing the descriptor drops the flock
+            self._lock = None
+
     def __enter__(self) -> "StagingWindow":
         return self
 
     def __exit__(self, *exc) -> None:
-        self.close()
+        self.release()
+
+
+def _acquire_window_lock(lock_path: Path, wait_seconds: float):
+    deadline = time.monotonic() + wait_seconds
+    handle = open(lock_path, "a+")
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return handle
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                handle.close()
+                raise StoreLockedError(
+                    f"window staging file {lock_path.with_suffix('')} is locked",
+                    hint="another run is harvesting this window right now; wait for it to finish, then re-run",
+                ) from None
+            time.sleep(0.1)
 
 
 def open_staging_files(db_path: str | Path, source_id: str | None = None) -> list[Path]:
@@ -227,6 +250,19 @@ def open_staging_files(db_path: str | Path, source_id: str | None = None) -> lis
     if source_id:
         root = root / source_id
     return sorted(root.rglob("*.duckdb")) if root.exists() else []
+
+
+def window_is_locked(staging_file: Path) -> bool:
+    """True while a run holds the window (harvesting or merging it)."""
+    lock_path = staging_file.with_name(staging_file.name + ".lock")
+    if not lock_path.exists():
+        return False
+    with open(lock_path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        return False
 
 
 def purge_staging(db_path: str | Path, source_id: str) -> None:
