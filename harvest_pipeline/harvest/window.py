@@ -81,7 +81,16 @@ class WindowReport:
 
 
 def _request_key(source: SourceConfig, from_param: str | None, until_param: str | None) -> str:
-    return "|".join([source.protocol, source.metadata_prefix, source.set or "", from_param or "", until_param or ""])
+    """What a stored cursor belongs to: a cursor of a different request is not resumed."""
+    what = [source.metadata_prefix, source.set or ""]
+    if source.csw is not None:
+        what = [source.csw.type_names, source.csw.output_schema, source.csw.modified_queryable, source.csw.extra_filter or ""]
+    return "|".join([source.protocol, *what, from_param or "", until_param or ""])
+
+
+def record_format_label(source: SourceConfig) -> str:
+    """The `metadata_prefix` column: the OAI prefix, or the CSW outputSchema asked for."""
+    return f"csw:{source.csw.output_schema}" if source.csw is not None else source.metadata_prefix
 
 
 def evaluate_checks(
@@ -375,7 +384,7 @@ def _run_token_loop(
             day_only = sum(1 for r in page.records if len(r.datestamp) == 10)
             if day_only:
                 warnings.append(f"page {page.page_number}: {day_only} datestamp(s) have day granularity although Identify says seconds")
-        rows, quarantined = page_rows(page, metadata_prefix=source.metadata_prefix, window_start=window.start, window_end=window.end)
+        rows, quarantined = page_rows(page, metadata_prefix=record_format_label(source), window_start=window.start, window_end=window.end)
         crashpoint("after-fetch")
         staging.write_page(
             rows, next_token=page.next_token, complete_list_size=page.resumption.complete_list_size,

@@ -216,3 +216,16 @@ def test_every_recoverable_fault_at_once_ends_with_the_clean_table(shared_demo, 
     said = " ".join(w for r in reports for w in r.warnings)
     for sign in ("illegal in XML 1.0", "GetRecord", "day granularity", "outside the requested window", "continuation-needs-arguments"):
         assert sign in said, sign
+
+
+def test_credentials_never_reach_the_ledger_or_the_error(demo, db_path, monkeypatch):
+    monkeypatch.setenv("DEMO_KEY", "sekrit-header-value")
+    demo.set_options(fail_every=1, fail_status=500)
+    source = demo_source(demo, http=HttpSettings(max_retries=0), headers_from_env={"X-Api-Key": "DEMO_KEY"})
+    source = source.model_copy(update={"url": demo.url + "?api_key=sekrit-query-value"})
+    with pytest.raises(Exception) as err:
+        harvest_window(source, day_window(3), db_path=db_path)
+    row = ledger_row(db_path)
+    for text in (str(err.value), row.error):
+        assert "sekrit" not in text
+        assert "127.0.0.1" in text  # the URL is still named, redacted

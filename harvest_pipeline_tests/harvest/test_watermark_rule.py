@@ -53,3 +53,15 @@ def test_watermark_never_moves_back_and_limit_caps_launches():
     wm, launch = plan_tick(windows=WINDOWS, ledger_rows={}, watermark=WINDOWS[3][1], in_flight=set(), now=NOW, limit=1)
     assert wm == WINDOWS[3][1]
     assert launch == [WINDOWS[3][0]]
+
+
+def test_deferred_window_waits_for_the_servers_time_then_is_relaunched():
+    row = _row(0, ledger.DEFERRED, attempts=1, finished=NOW - timedelta(minutes=1))
+    row.retry_not_before = NOW + timedelta(minutes=30)
+    wm, launch = plan_tick(windows=WINDOWS[:1], ledger_rows={WINDOWS[0][1]: row}, watermark=None, in_flight=set(), now=NOW, limit=10)
+    assert wm is None and launch == []
+    wm, launch = plan_tick(
+        windows=WINDOWS[:1], ledger_rows={WINDOWS[0][1]: row}, watermark=None, in_flight=set(),
+        now=NOW + timedelta(minutes=31), limit=10,
+    )
+    assert launch == [WINDOWS[0][0]]
