@@ -80,3 +80,9 @@ def test_bad_sources_file_is_a_clear_error(tmp_path):
     out = run_cli("status", env=env, cwd=tmp_path)
     assert out.returncode == 2
     assert "source 'Bad': field 'id'" in out.stderr
+
+
+def test_probe_a_csw_catalogue(demo, tmp_path):
+    out = run_cli("probe", demo.base + "/csw", env=dict(os.environ), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "GetRecords" in out.stdout and "http://www.isotc211.org/2005/gmd" in out.stdout

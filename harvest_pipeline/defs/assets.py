@@ -25,6 +25,18 @@ def pool_for(source_id: str) -> str:
     return f"harvest_{source_id}"
 
 
+def _what(source: SourceConfig) -> str:
+    if source.csw is not None:
+        return (
+            f"CSW GetRecords of {source.url} (typeNames={source.csw.type_names}, "
+            f"outputSchema={source.csw.output_schema}, window on {source.csw.modified_queryable})"
+        )
+    return (
+        f"OAI-PMH ListRecords of {source.url} (metadataPrefix={source.metadata_prefix}"
+        f"{', set=' + source.set if source.set else ''})"
+    )
+
+
 def build_window_asset(source: SourceConfig, start: datetime, start_note: str) -> dg.AssetsDefinition:
     key = asset_key_for(source.id)
     partitions_def = partitions_for(source, start)
@@ -35,13 +47,10 @@ def build_window_asset(source: SourceConfig, start: datetime, start_note: str) -
         check_specs=check_specs(key, partitions_def),
         pool=pool_for(source.id),
         group_name="harvest",
-        kinds={"duckdb"},
+        kinds={"duckdb", "csw" if source.protocol == "csw" else "oaipmh"},
         tags={"harvest/protocol": source.protocol},
-        description=(
-            f"OAI-PMH ListRecords of {source.url} (metadataPrefix={source.metadata_prefix}"
-            f"{', set=' + source.set if source.set else ''}), one {source.window} window per partition, "
-            f"upserted into the DuckDB catalogue. Partitions start: {start_note}."
-        ),
+        description=f"{_what(source)}, one {source.window} window per partition, upserted into the "
+        f"DuckDB catalogue. Partitions start: {start_note}.",
         metadata={"source_url": dg.MetadataValue.url(source.url), "window": source.window},
     )
     def window_asset(context: dg.AssetExecutionContext, duckdb: DuckDBResource):
@@ -95,6 +104,9 @@ def build_window_asset(source: SourceConfig, start: datetime, start_note: str) -
                 "resumed": report.resumed,
                 "restarts": report.restarts,
                 "warnings": len(report.warnings),
+                "what_the_server_did": dg.MetadataValue.md(
+                    "\n".join(f"- {w}" for w in report.warnings[:20]) or "nothing unusual"
+                ),
                 # Only numbers plot; a window whose server gave none simply has no point here.
                 **({"completeListSize": report.complete_list_size} if report.complete_list_size is not None else {}),
             }
