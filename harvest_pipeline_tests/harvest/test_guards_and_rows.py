@@ -1,0 +1,54 @@
+"""Pagination guards and the per-page row builder, from hand-made pages (no server)."""
+
+from datetime import datetime, timezone
+
+import pytest
+from lxml import etree
+
+from harvest_pipeline.errors import ProtocolError
+from harvest_pipeline.harvest.rows import page_rows
+from harvest_pipeline.harvest.window import _Guards
+from harvest_pipeline.oai.models import ListPage, OAIRecord, ResumptionInfo
+
+T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+
+
+def _page(ids, token, *, cursor=None, size=None, n=1, metadata=None):
+    records = [
+        OAIRecord(i, "2026-11-01T01:00:00Z", T0.replace(hour=1), ("s",), False,
+                  etree.tostring(metadata).decode() if metadata is not None else None, metadata)
+        for i in ids
+    ]
+    return ListPage("http://x/oai", {}, None, records, ResumptionInfo(token, size, cursor), n)
+
+
+def test_count_overflow_guard_names_itself():
+    g = _Guards(0)
+    with pytest.raises(ProtocolError, match="guard 'count-overflow'"):
+        for n in range(1, 100):
+            g.check(_page([f"id{n}-{k}" for k in range(50)], f"t{n}", n=n), 10, n)
+
+
+def test_page_limit_guard_names_itself():
+    g = _Guards(0)
+    with pytest.raises(ProtocolError, match="guard 'page-limit'"):
+        for n in range(1, 100):
+            g.check(_page([], f"t{n}", n=n), 5, n)  # empty pages forever
+
+
+def test_wrong_cursor_is_a_warning_once():
+    g = _Guards(0)
+    assert g.check(_page(["a", "b"], "t1", cursor=0), 6, 1) == []
+    [warning] = g.check(_page(["c", "d"], "t2", cursor=1), 6, 2)  # a page number, not an offset
+    assert "cursor" in warning
+    assert g.check(_page(["e", "f"], "t3", cursor=2), 6, 3) == []
+
+
+def test_unmappable_metadata_is_stored_raw_and_quarantined_as_map():
+    weird = etree.fromstring("<thing xmlns='urn:nobody-maps-this'><x>1</x></thing>")
+    page = _page(["a"], None, metadata=weird)
+    table, quarantined = page_rows(page, metadata_prefix="odd", window_start=T0, window_end=T0.replace(day=2))
+    row = table.to_pylist()[0]
+    assert row["metadata_xml"].startswith("<thing") and row["title"] is None and "urn:nobody-maps-this" in row["mapping_error"]
+    [(page_number, ident, kind, error, raw)] = quarantined
+    assert (page_number, ident, kind) == (1, "a", "map") and raw.startswith(b"<thing")
