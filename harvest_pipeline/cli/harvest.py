@@ -1,4 +1,4 @@
-"""`harvest-pipeline harvest SOURCE`: materialize a source's windows through Dagster."""
+"""`harvest-pipeline harvest SOURCE`: materialize windows, re-harvest selected records (--identifier) or all (--full)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,14 @@ def register(sub) -> None:
     h.add_argument("source")
     h.add_argument("--from", dest="from_", type=parse_day, help="first window start (default: the watermark)")
     h.add_argument("--until", type=parse_day, help="last window start, inclusive (default: the last closed window)")
+    h.add_argument(
+        "--identifier", dest="identifiers", action="append", metavar="ID",
+        help="re-harvest this record with GetRecord (repeat for more); runs the job harvest_<source>_records",
+    )
+    h.add_argument(
+        "--full", action="store_true",
+        help="harvest the whole source in one listing without from/until; runs the job harvest_<source>_full",
+    )
     h.set_defaults(func=cmd_harvest)
 
 
@@ -33,7 +41,17 @@ def cmd_harvest(args: argparse.Namespace) -> int:
     if args.source not in sources:
         print(f"unknown source {args.source!r}; known: {', '.join(sorted(sources)) or '(none)'}", file=sys.stderr)
         return 2
+    if (args.full or args.identifiers) and (args.from_ or args.until):
+        print("--from/--until select windows; they cannot be combined with --full or --identifier", file=sys.stderr)
+        return 2
+    if args.full and args.identifiers:
+        print("--full and --identifier are separate runs; give one of them", file=sys.stderr)
+        return 2
     defs = build_definitions([sources[args.source]])
+    if args.full:
+        return _run_full(defs, args.source)
+    if args.identifiers:
+        return _run_selected(defs, args.source, args.identifiers)
     job = defs.resolve_job_def(job_name(args.source))
     partitions_def = job.partitions_def
     keys = partitions_def.get_partition_keys(current_time=datetime.now(timezone.utc))
@@ -126,4 +144,87 @@ def _advance_watermark(source_id: str, partitions_def):
             ledger.set_watermark(con, source_id, new)
     return new
 
+
+# Our own lines replace Dagster's per-event console log; the events still go to the instance.
+QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+
+
+def _failure_message(result) -> str:
+    err = next((e.step_failure_data.error for e in result.all_events if e.is_step_failure), None)
+    if err is None:
+        return "run failed"
+    lines = [line for line in err.message.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "run failed"
+
+
+def _run_full(defs, source_id: str) -> int:
+    """Run `harvest_<source>_full` and print its verdict (exit 1 when it failed or a check failed)."""
+    import dagster as dg
+
+    from harvest_pipeline.defs.jobs import full_job_name, full_op_name
+    from harvest_pipeline.defs.sensors import SOURCE_TAG
+    from harvest_pipeline.harvest.progress import subscribe
+
+    interactive = sys.stdout.isatty()
+
+    def show(event: dict) -> None:
+        if interactive:
+            total = event.get("complete_list_size")
+            line = f"  {event.get('window')}: page {event.get('pages')}, {event.get('received')} of {total if total is not None else '?'} records"
+            print("\r" + line.ljust(78), end="", flush=True)
+
+    unsubscribe = subscribe(show)
+    print(f"{source_id}: full harvest, one listing without from/until (run recorded in {os.environ['DAGSTER_HOME']})")
+    try:
+        result = defs.resolve_job_def(full_job_name(source_id)).execute_in_process(
+            instance=dg.DagsterInstance.get(), raise_on_error=False, tags={SOURCE_TAG: source_id}, run_config=QUIET,
+        )
+    finally:
+        unsubscribe()
+    if interactive:
+        print("\r" + " " * 78 + "\r", end="")
+    if not result.success:
+        print(f"{source_id}: full harvest FAILED: {_failure_message(result)}  (run {result.run_id})")
+        return 1
+    out = result.output_for_node(full_op_name(source_id))
+    size = out.get("completeListSize")
+    of_size = f"of completeListSize {size}" if size is not None else "(server gave no completeListSize)"
+    verdict = "verified" if all(out["checks"].values()) else "UNPROVEN complete"
+    print(
+        f"{source_id}: {out['window']}: {out['records']} records {of_size}, {out['upserts']} upserts, "
+        f"{out['deletions']} deletions, {out['unchanged']} unchanged, {out['pages']} pages: {verdict}  (run {result.run_id})"
+    )
+    return 0
+
+
+def _run_selected(defs, source_id: str, identifiers: list[str]) -> int:
+    """Run `harvest_<source>_records`; print each identifier's outcome (exit 1 if one is unknown upstream)."""
+    import dagster as dg
+
+    from harvest_pipeline.defs.jobs import (
+        records_job_name,
+        records_op_name,
+        records_run_config,
+    )
+    from harvest_pipeline.defs.sensors import SOURCE_TAG
+
+    result = defs.resolve_job_def(records_job_name(source_id)).execute_in_process(
+        instance=dg.DagsterInstance.get(), raise_on_error=False, tags={SOURCE_TAG: source_id},
+        run_config={**records_run_config(source_id, identifiers), **QUIET},
+    )
+    if not result.success:
+        print(f"{source_id}: re-harvest FAILED: {_failure_message(result)}  (run {result.run_id})")
+        return 1
+    out = result.output_for_node(records_op_name(source_id))
+    print(
+        f"{source_id}: re-harvested {out['fetched']} of {out['requested']} record(s) with GetRecord "
+        f"as {out['window']}  (run {result.run_id})"
+    )
+    width = max(len(i) for i in identifiers)
+    for identifier in dict.fromkeys(i.strip() for i in identifiers if i.strip()):
+        if identifier in out["not_found"]:
+            print(f"  {identifier.ljust(width)}  NOT FOUND upstream (idDoesNotExist): the local record is left untouched")
+        else:
+            print(f"  {identifier.ljust(width)}  {out['actions'].get(identifier, '?')}")
+    return 1 if out["not_found"] else 0
 

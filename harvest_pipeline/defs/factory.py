@@ -1,11 +1,29 @@
-"""Build every source's asset, job and sensor from the sources file."""
+"""Build every source's assets, jobs, sensors and schedules from the sources file.
+
+Per source: the window asset `harvest/<id>` (job `harvest_<id>`, sensor `harvest_<id>_watermark`),
+the one-off jobs `harvest_<id>_records` and `harvest_<id>_full`, and the reconciliation asset
+`reconcile/<id>` (job `reconcile_<id>`, schedule `reconcile_<id>_schedule`). Across sources: the
+`catalog` asset (job `catalog_refresh_job`, sensor `catalog_refresh`).
+"""
 
 from __future__ import annotations
 
 import dagster as dg
 
 from harvest_pipeline.defs.assets import asset_key_for, build_window_asset
+from harvest_pipeline.defs.catalog import (
+    build_catalog_asset,
+    build_catalog_job,
+    build_catalog_sensor,
+)
+from harvest_pipeline.defs.jobs import build_full_job, build_records_job
 from harvest_pipeline.defs.partitions import partitions_for
+from harvest_pipeline.defs.reconcile import (
+    build_reconcile_asset,
+    build_reconcile_job,
+    build_reconcile_schedule,
+    deleted_record_policy,
+)
 from harvest_pipeline.defs.resources import catalogue_resource
 from harvest_pipeline.defs.sensors import SOURCE_TAG, build_watermark_sensor
 from harvest_pipeline.defs.start_dates import resolve_start
@@ -20,7 +38,7 @@ def job_name(source_id: str) -> str:
 def build_definitions(sources: list[SourceConfig] | None = None) -> dg.Definitions:
     sources = load_sources() if sources is None else sources
     db_path = default_db_path().resolve()
-    assets, jobs, sensors = [], [], []
+    assets, jobs, sensors, schedules = [], [], [], []
     for source in sources:
         start, note = resolve_start(source, db_path)
         asset = build_window_asset(source, start, note)
@@ -34,10 +52,25 @@ def build_definitions(sources: list[SourceConfig] | None = None) -> dg.Definitio
             )
         )
         sensors.append(build_watermark_sensor(source, partitions_for(source, start)))
+        jobs += [build_records_job(source), build_full_job(source)]
+
+        assets.append(build_reconcile_asset(source))
+        reconcile_job = build_reconcile_job(source)
+        jobs.append(reconcile_job)
+        # Identify just failed for resolve_start: do not wait for the server a second time.
+        reachable = "FALLBACK" not in note and "unreachable" not in note
+        deleted_record, how = deleted_record_policy(source, db_path, ask_server=reachable)
+        schedules.append(build_reconcile_schedule(source, reconcile_job, deleted_record, how))
+
+    assets.append(build_catalog_asset(sources))
+    catalog_job = build_catalog_job()
+    jobs.append(catalog_job)
+    sensors.append(build_catalog_sensor(catalog_job))
     return dg.Definitions(
         assets=assets,
         jobs=jobs,
         sensors=sensors,
+        schedules=schedules,
         resources={"duckdb": catalogue_resource()},
         # One step per window (asset + its checks): a subprocess per step would only add overhead.
         executor=dg.in_process_executor,

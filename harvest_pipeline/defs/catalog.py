@@ -1,0 +1,113 @@
+"""The `catalog` asset (view, source_stats, Parquet exports) and the sensor that keeps it fresh.
+
+Refresh: the sensor `catalog_refresh` (running by default, every 60 s) reads a cheap fingerprint
+of the catalogue (record counts and the last write time) and requests a `catalog` run when it
+differs from the last one it saw. It therefore reacts to every kind of write (window harvests,
+full harvests, re-harvests of selected records, reconciliations, the CLI) and not only to asset
+materializations, which the op jobs do not emit.
+"""
+
+
+import dagster as dg
+import duckdb as duckdb_module
+from dagster_duckdb import DuckDBResource
+
+from harvest_pipeline.defs.assets import asset_key_for
+from harvest_pipeline.defs.reconcile import reconcile_key
+from harvest_pipeline.defs.resources import catalogue_connector, catalogue_path
+from harvest_pipeline.errors import StoreLockedError
+from harvest_pipeline.sources import SourceConfig
+from harvest_pipeline.store import connect
+from harvest_pipeline.store.catalog import (
+    catalog_fingerprint,
+    export_parquet,
+    exports_dir,
+    refresh_catalog,
+)
+
+CATALOG_KEY = dg.AssetKey(["catalog"])
+CATALOG_JOB = "catalog_refresh_job"
+CATALOG_SENSOR = "catalog_refresh"
+
+
+def build_catalog_asset(sources: list[SourceConfig]) -> dg.AssetsDefinition:
+    source_ids = [s.id for s in sources]
+
+    @dg.asset(
+        key=CATALOG_KEY,
+        deps=[asset_key_for(i) for i in source_ids] + [reconcile_key(i) for i in source_ids],
+        pool="catalog",
+        group_name="catalog",
+        kinds={"duckdb", "parquet"},
+        description=(
+            "The current catalogue across sources: (re)creates the DuckDB view `catalog` (live records, "
+            "normalized fields) and the table `source_stats` (live, deleted, quarantined, last change per "
+            "source), and writes data/exports/<source>.parquet per source (temp file, then rename). "
+            f"The sensor `{CATALOG_SENSOR}` refreshes it whenever the catalogue changes."
+        ),
+    )
+    def catalog(context: dg.AssetExecutionContext, duckdb: DuckDBResource):
+        directory = exports_dir(catalogue_path(duckdb))
+        with catalogue_connector(duckdb)() as con:
+            con.execute("BEGIN TRANSACTION")
+            stats = refresh_catalog(con, source_ids)
+            fingerprint = catalog_fingerprint(con)
+            con.execute("COMMIT")
+            exports = export_parquet(con, directory, [s["source_id"] for s in stats])
+        metadata: dict = {}
+        for s in stats:
+            path, rows = exports[s["source_id"]]
+            metadata[s["source_id"]] = dg.MetadataValue.json({
+                "live": s["live"],
+                "deleted": s["deleted"],
+                "quarantined": s["quarantined"],
+                "last_change": s["last_change"].isoformat() + "Z" if s["last_change"] else None,
+                "export": str(path),
+                "export_rows": rows,
+            })
+        context.log.info(f"catalog: {sum(s['live'] for s in stats)} live records, exports in {directory}")
+        return dg.MaterializeResult(
+            metadata={
+                **metadata,
+                "live_total": sum(s["live"] for s in stats),
+                "sources": len(stats),
+                "exports": dg.MetadataValue.path(str(directory)),
+                "fingerprint": fingerprint,
+            }
+        )
+
+    return catalog
+
+
+def build_catalog_job():
+    return dg.define_asset_job(
+        CATALOG_JOB,
+        selection=dg.AssetSelection.assets(CATALOG_KEY),
+        description="Refresh the catalog view, source_stats and the Parquet exports.",
+    )
+
+
+def build_catalog_sensor(job) -> dg.SensorDefinition:
+    @dg.sensor(
+        name=CATALOG_SENSOR,
+        job=job,
+        minimum_interval_seconds=60,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="Requests a catalog refresh (view, source_stats, Parquet exports) whenever the catalogue has changed.",
+    )
+    def catalog_refresh(context: dg.SensorEvaluationContext):
+        try:
+            with connect(read_only=True, wait_seconds=10) as con:
+                fingerprint = catalog_fingerprint(con)
+        except StoreLockedError as exc:
+            return dg.SkipReason(f"catalogue busy or not created yet, will try next tick: {exc}")
+        except duckdb_module.Error as exc:
+            return dg.SkipReason(f"catalogue not ready: {exc}")
+        if fingerprint == context.cursor:
+            return dg.SkipReason("the catalogue has not changed since the last refresh")
+        return dg.SensorResult(
+            run_requests=[dg.RunRequest(run_key=f"catalog:{fingerprint}")],
+            cursor=fingerprint,
+        )
+
+    return catalog_refresh

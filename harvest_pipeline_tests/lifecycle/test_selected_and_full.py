@@ -1,0 +1,136 @@
+"""Re-harvest of selected records (job and CLI) and full harvests (CLI and job), over HTTP."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import dagster as dg
+import pytest
+
+from harvest_pipeline.defs.factory import build_definitions
+from harvest_pipeline.defs.jobs import (
+    full_job_name,
+    records_job_name,
+    records_op_name,
+    records_run_config,
+)
+from harvest_pipeline.harvest import harvest_window
+from harvest_pipeline.harvest.full import FULL_START
+from harvest_pipeline.store import connect, ledger
+from harvest_pipeline_tests.conftest import TODAY, day_window, demo_source
+from harvest_pipeline_tests.lifecycle.helpers import (
+    cli_env,
+    history_actions,
+    live_identifiers,
+    record_row,
+    run_cli,
+)
+
+pytestmark = pytest.mark.integration
+UNKNOWN = "oai:demo.harvest:1999-01-01/00001"
+
+
+def test_records_job_fetches_each_identifier_and_reports_unknown_ones(demo, db_path):
+    source = demo_source(demo)
+    harvest_window(source, day_window(2), db_path=db_path)
+    a, b = sorted(live_identifiers(db_path))[:2]
+    demo.touch(a, at=TODAY - timedelta(hours=1))
+    defs = build_definitions([source])
+    with dg.instance_for_test() as instance:
+        result = defs.resolve_job_def(records_job_name("demo")).execute_in_process(
+            instance=instance, run_config=records_run_config("demo", [a, b, UNKNOWN, a]),
+        )
+    assert result.success
+    out = result.output_for_node(records_op_name("demo"))
+    assert out["actions"] == {a: "updated", b: "unchanged"}
+    assert (out["requested"], out["fetched"], out["not_found"]) == (3, 2, [UNKNOWN])
+    assert record_row(db_path, a)["datestamp"] == (TODAY - timedelta(hours=1)).replace(tzinfo=None)
+    assert record_row(db_path, UNKNOWN) is None
+    marker = f"selected:{result.run_id}"
+    assert history_actions(db_path, a)[-1] == ("updated", marker, result.run_id)
+    assert history_actions(db_path, b)[-1] == ("unchanged", marker, result.run_id)
+    [step] = [e for e in result.all_events if e.event_type_value == "STEP_OUTPUT"]
+    meta = {k: v.value for k, v in step.step_output_data.metadata.items()}
+    assert (meta["updated"], meta["unchanged"], meta["not_found"]) == (1, 1, 1)
+
+
+def test_a_record_the_server_no_longer_knows_is_left_untouched(demo, db_path):
+    source = demo_source(demo)
+    harvest_window(source, day_window(3), db_path=db_path)
+    victim = sorted(live_identifiers(db_path))[0]
+    before = history_actions(db_path, victim)
+    demo.delete(victim)
+    demo.set_options(deleted_record="no")  # GetRecord now answers idDoesNotExist
+    defs = build_definitions([source])
+    with dg.instance_for_test() as instance:
+        result = defs.resolve_job_def(records_job_name("demo")).execute_in_process(
+            instance=instance, run_config=records_run_config("demo", [victim]),
+        )
+    assert result.success
+    assert result.output_for_node(records_op_name("demo"))["not_found"] == [victim]
+    assert record_row(db_path, victim)["deleted"] is False
+    assert history_actions(db_path, victim) == before
+
+
+@pytest.fixture
+def env(tmp_path, db_path, demo, sources_file):
+    sources_file(demo=demo)
+    return cli_env(tmp_path, db_path)
+
+
+def test_cli_reharvests_selected_records(env, tmp_path, demo, db_path):
+    source = demo_source(demo)
+    harvest_window(source, day_window(2), db_path=db_path)
+    a, b = sorted(live_identifiers(db_path))[:2]
+    demo.delete(b, at=TODAY - timedelta(minutes=5))  # persistent: GetRecord returns the tombstone
+
+    done = run_cli("harvest", "demo", "--identifier", a, "--identifier", b, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "re-harvested 2 of 2 record(s)" in done.stdout
+    assert f"{a}  unchanged" in done.stdout and f"{b}  deleted" in done.stdout
+    assert record_row(db_path, b)["deleted"] is True
+
+    partly = run_cli("harvest", "demo", "--identifier", a, "--identifier", UNKNOWN, env=env, cwd=tmp_path)
+    assert partly.returncode == 1, partly.stdout + partly.stderr
+    assert f"{UNKNOWN}  NOT FOUND upstream (idDoesNotExist): the local record is left untouched" in partly.stdout
+    # The run went to the persistent Dagster home, so the UI shows it.
+    assert any((tmp_path / "dagster_home").rglob("*.db"))
+
+    clash = run_cli("harvest", "demo", "--full", "--identifier", a, env=env, cwd=tmp_path)
+    assert clash.returncode == 2
+    clash = run_cli("harvest", "demo", "--full", "--from", "2026-01-01", env=env, cwd=tmp_path)
+    assert clash.returncode == 2
+
+
+def test_cli_full_harvest_lands_the_whole_source_and_is_idempotent(env, tmp_path, demo, db_path):
+    done = run_cli("harvest", "demo", "--full", env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    expected = demo.stats()
+    assert f"{expected['total']} records of completeListSize {expected['total']}" in done.stdout
+    assert f"{expected['live']} upserts, {expected['deleted']} deletions" in done.stdout and "verified" in done.stdout
+    with connect(db_path) as con:
+        live, deleted = con.execute(
+            "SELECT count(*) FILTER (WHERE NOT deleted), count(*) FILTER (WHERE deleted) FROM records"
+        ).fetchone()
+        row = ledger.get_window(con, "demo", FULL_START)
+    assert (live, deleted) == (expected["live"], expected["deleted"])
+    assert row.partition_key.startswith("full-") and row.status == ledger.VERIFIED
+    assert row.received == expected["total"]
+
+    again = run_cli("harvest", "demo", "--full", env=env, cwd=tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"0 upserts, 0 deletions, {expected['total']} unchanged" in again.stdout
+    with connect(db_path) as con:
+        assert ledger.get_window(con, "demo", FULL_START).attempts == 2
+
+
+def test_full_job_fails_when_its_checks_fail(demo, db_path):
+    demo.set_options(complete_list_size_bias=2)
+    defs = build_definitions([demo_source(demo)])
+    with dg.instance_for_test() as instance:
+        result = defs.resolve_job_def(full_job_name("demo")).execute_in_process(instance=instance, raise_on_error=False)
+    assert not result.success
+    failure = next(e for e in result.all_events if e.is_step_failure)
+    assert "complete" in failure.step_failure_data.user_failure_data.description
+    with connect(db_path) as con:
+        assert ledger.get_window(con, "demo", FULL_START).status == ledger.INCOMPLETE
