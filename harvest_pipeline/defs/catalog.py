@@ -15,7 +15,7 @@ from dagster_duckdb import DuckDBResource
 from harvest_pipeline.defs.assets import asset_key_for
 from harvest_pipeline.defs.reconcile import reconcile_key
 from harvest_pipeline.defs.resources import catalogue_connector, catalogue_path
-from harvest_pipeline.errors import StoreLockedError
+from harvest_pipeline.errors import HarvestError
 from harvest_pipeline.sources import SourceConfig
 from harvest_pipeline.store import connect
 from harvest_pipeline.store.catalog import (
@@ -99,8 +99,8 @@ def build_catalog_sensor(job) -> dg.SensorDefinition:
         try:
             with connect(read_only=True, wait_seconds=10) as con:
                 fingerprint = catalog_fingerprint(con)
-        except StoreLockedError as exc:
-            return dg.SkipReason(f"catalogue busy or not created yet, will try next tick: {exc}")
+        except HarvestError as exc:  # locked by a writer, or not created yet
+            return dg.SkipReason(f"will try next tick: {exc}")
         except duckdb_module.Error as exc:
             return dg.SkipReason(f"catalogue not ready: {exc}")
         if fingerprint == context.cursor:

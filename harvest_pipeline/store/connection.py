@@ -15,7 +15,7 @@ from typing import Iterator
 
 import duckdb
 
-from harvest_pipeline.errors import StoreLockedError
+from harvest_pipeline.errors import HarvestError, StoreLockedError
 
 DEFAULT_DB_PATH = "data/harvest.duckdb"
 
@@ -39,7 +39,14 @@ def open_with_retry(path: str | Path, *, read_only: bool = False, wait_seconds: 
         try:
             return duckdb.connect(str(path), read_only=read_only)
         except (duckdb.IOException, duckdb.ConnectionException) as exc:
-            if not _is_lock_error(exc) or time.monotonic() >= deadline:
+            if read_only and not path.exists():
+                raise HarvestError(
+                    f"the catalogue {path} does not exist yet",
+                    hint="no harvest has run against it; check HARVEST_DUCKDB_PATH or harvest a window first",
+                ) from exc
+            if not _is_lock_error(exc):
+                raise HarvestError(f"could not open {path}: {exc}", hint="check HARVEST_DUCKDB_PATH and the file's permissions") from exc
+            if time.monotonic() >= deadline:
                 raise StoreLockedError(
                     f"could not open {path}: {exc}",
                     hint=(
