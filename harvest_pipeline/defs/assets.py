@@ -8,10 +8,10 @@ from dagster_duckdb import DuckDBResource
 
 from harvest_pipeline.defs.checks import check_result, check_specs
 from harvest_pipeline.defs.partitions import partitions_for
+from harvest_pipeline.defs.report import progress_logger, report_metadata
 from harvest_pipeline.defs.resources import catalogue_connector, catalogue_path
 from harvest_pipeline.errors import DeferredError
 from harvest_pipeline.harvest import Window, harvest_window
-from harvest_pipeline.harvest.progress import notify
 from harvest_pipeline.sources import SourceConfig
 
 
@@ -57,14 +57,6 @@ def build_window_asset(source: SourceConfig, start: datetime, start_note: str) -
         time_window = context.partition_time_window
         window = Window(time_window.start, time_window.end, context.partition_key)
 
-        def progress(event: dict) -> None:
-            total = event["complete_list_size"]
-            context.log.info(
-                f"{source.id} {window.key}: page {event['pages']}, {event['received']}"
-                f" of {total if total is not None else '?'} records"
-            )
-            notify(event)
-
         try:
             report = harvest_window(
                 source,
@@ -72,7 +64,7 @@ def build_window_asset(source: SourceConfig, start: datetime, start_note: str) -
                 run_id=context.run_id,
                 db_path=catalogue_path(duckdb),
                 connect=catalogue_connector(duckdb),
-                progress=progress,
+                progress=progress_logger(context, source.id),
             )
         except DeferredError as exc:
             # Not a verdict on the window: the sensor launches it again after the server's delay.
@@ -81,36 +73,7 @@ def build_window_asset(source: SourceConfig, start: datetime, start_note: str) -
                 metadata={"retry_after_seconds": round(exc.retry_after_seconds, 1)},
                 allow_retries=False,
             ) from None
-        counts = report.counts
-        for text in report.warnings[:50]:
-            context.log.warning(f"{source.id} {window.key}: {text}")
-        yield dg.MaterializeResult(
-            metadata={
-                "status": report.status,
-                "records": counts.received,
-                "upserts": counts.upserted,
-                "created": counts.created,
-                "updated": counts.updated,
-                "unchanged": counts.unchanged,
-                "deletions": counts.deleted,
-                "revived": counts.revived,
-                "restored": counts.restored,
-                "quarantined": counts.quarantined,
-                "repaired_chars": report.repaired,
-                "pages": report.pages,
-                "seconds": round(report.seconds, 3),
-                "from": report.from_param,
-                "until": report.until_param,
-                "resumed": report.resumed,
-                "restarts": report.restarts,
-                "warnings": len(report.warnings),
-                "what_the_server_did": dg.MetadataValue.md(
-                    "\n".join(f"- {w}" for w in report.warnings[:20]) or "nothing unusual"
-                ),
-                # Only numbers plot; a window whose server gave none simply has no point here.
-                **({"completeListSize": report.complete_list_size} if report.complete_list_size is not None else {}),
-            }
-        )
+        yield dg.MaterializeResult(metadata=report_metadata(context, report))
         for name, verdict in report.checks.items():
             yield check_result(name, verdict)
 

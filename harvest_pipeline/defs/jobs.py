@@ -7,10 +7,10 @@ from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
 from harvest_pipeline.defs.assets import pool_for
+from harvest_pipeline.defs.report import progress_logger, report_metadata
 from harvest_pipeline.defs.resources import catalogue_connector, catalogue_path
 from harvest_pipeline.defs.sensors import SOURCE_TAG
 from harvest_pipeline.harvest.full import harvest_full
-from harvest_pipeline.harvest.progress import notify
 from harvest_pipeline.harvest.selected import harvest_selected
 from harvest_pipeline.sources import SourceConfig
 
@@ -102,35 +102,11 @@ def build_full_job(source: SourceConfig) -> dg.JobDefinition:
         description=f"List all of {source.id} without from/until; staged, merged and verified like a window.",
     )
     def full_harvest(context: dg.OpExecutionContext, duckdb: DuckDBResource) -> dict:
-        def progress(event: dict) -> None:
-            total = event.get("complete_list_size")
-            context.log.info(
-                f"{source.id} {event.get('window')}: page {event.get('pages')}, {event.get('received')}"
-                f" of {total if total is not None else '?'} records"
-            )
-            notify(event)
-
         report = harvest_full(
             source, db_path=catalogue_path(duckdb), run_id=context.run_id,
-            connect=catalogue_connector(duckdb), progress=progress,
+            connect=catalogue_connector(duckdb), progress=progress_logger(context, source.id),
         )
-        counts = report.counts
-        for text in report.warnings[:50]:
-            context.log.warning(f"{source.id} {report.window.key}: {text}")
-        metadata = {
-            "window": report.window.key,
-            "status": report.status,
-            "records": counts.received,
-            "upserts": counts.upserted,
-            "created": counts.created,
-            "updated": counts.updated,
-            "unchanged": counts.unchanged,
-            "deletions": counts.deleted,
-            "revived": counts.revived,
-            "pages": report.pages,
-            "seconds": round(report.seconds, 3),
-            **({"completeListSize": report.complete_list_size} if report.complete_list_size is not None else {}),
-        }
+        metadata = {"window": report.window.key, **report_metadata(context, report)}
         failed = {n: c.description for n, c in report.checks.items() if not c.passed and c.severity == "error"}
         if failed:
             raise dg.Failure(
