@@ -17,9 +17,10 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Iterator
 
-from harvest_pipeline.csw import CSWClient, CswCapabilities, WindowConstraint
+from harvest_pipeline.csw import CswCapabilities, CSWClient, WindowConstraint
 from harvest_pipeline.csw.build import build_get_records, format_instant
 from harvest_pipeline.errors import ConfigError, IdDoesNotExist, ProtocolError
+from harvest_pipeline.harvest.listers import transport_kwargs
 from harvest_pipeline.oai.models import GRANULARITY_SECONDS, ListPage, OAIRecord
 from harvest_pipeline.sources import SourceConfig
 from harvest_pipeline.sources.registry import CswSettings
@@ -30,17 +31,7 @@ class CswLister:
         self.source = source
         self.settings: CswSettings = source.csw or CswSettings()
         if client is None:
-            from harvest_pipeline.store import default_db_path
-
-            # Per-host politeness locks live beside the catalogue, shared by every run process.
-            client = CSWClient(
-                source.url,
-                headers=source.http_headers(),
-                auth=source.http_auth(),
-                timeout=source.http.timeout_seconds,
-                http=source.http,
-                state_dir=default_db_path().parent / "hosts",
-            )
+            client = CSWClient(source.url, **transport_kwargs(source))
         self.client = client
         self._caps: CswCapabilities | None = None
         self._described: dict | None = None

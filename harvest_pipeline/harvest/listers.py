@@ -20,6 +20,20 @@ from harvest_pipeline.sources import SourceConfig
 QUIRK_DATES_REJECTED = "dates-rejected"
 
 
+def transport_kwargs(source: SourceConfig) -> dict:
+    """What every protocol client of a source gets: its secrets, limits and politeness state."""
+    from harvest_pipeline.store import default_db_path
+
+    return dict(
+        headers=source.http_headers(),
+        auth=source.http_auth(),
+        timeout=source.http.timeout_seconds,
+        http=source.http,
+        # Per-host politeness locks live beside the catalogue, shared by every run process.
+        state_dir=default_db_path().parent / "hosts",
+    )
+
+
 class Lister(Protocol):
     def describe(self) -> dict:
         """What the server says about itself, for `source_state` (granularity, earliest, deletions)."""
@@ -35,17 +49,7 @@ class OaiLister:
     def __init__(self, source: SourceConfig, client: OAIClient | None = None):
         self.source = source
         if client is None:
-            from harvest_pipeline.store import default_db_path
-
-            # Per-host politeness locks live beside the catalogue, shared by every run process.
-            client = OAIClient(
-                source.url,
-                headers=source.http_headers(),
-                auth=source.http_auth(),
-                timeout=source.http.timeout_seconds,
-                http=source.http,
-                state_dir=default_db_path().parent / "hosts",
-            )
+            client = OAIClient(source.url, **transport_kwargs(source))
         self.client = client
         self._identify = None
 

@@ -70,3 +70,9 @@ def connect(path: str | Path | None = None, *, read_only: bool = False, wait_sec
         yield con
     finally:
         con.close()
+
+
+def remove_database_file(path: Path) -> None:
+    """Delete a DuckDB file and its write-ahead log."""
+    for p in (path, path.with_name(path.name + ".wal")):
+        p.unlink(missing_ok=True)

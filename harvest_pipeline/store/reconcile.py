@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from harvest_pipeline.errors import StoreLockedError
 from harvest_pipeline.store.clock import to_naive_utc, utcnow
-from harvest_pipeline.store.connection import open_with_retry
+from harvest_pipeline.store.connection import open_with_retry, remove_database_file
 
 # record_history.attempt_id of a reconciliation's tombstones: 'reconcile:<run_id>'.
 RECONCILE_MARKER = "reconcile:"
@@ -79,8 +79,7 @@ class IdentifierListing:
 
     def remove(self) -> None:
         self.close()
-        for p in (self.path, self.path.with_name(self.path.name + ".wal")):
-            p.unlink(missing_ok=True)
+        remove_database_file(self.path)
 
 
 @dataclass(frozen=True)

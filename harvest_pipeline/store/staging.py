@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from harvest_pipeline.errors import StoreLockedError
 from harvest_pipeline.crashpoints import crashpoint
+from harvest_pipeline.errors import StoreLockedError
 from harvest_pipeline.store.clock import utcnow
-from harvest_pipeline.store.connection import open_with_retry
+from harvest_pipeline.store.connection import open_with_retry, remove_database_file
 
 # Columns a page contributes, in storage order, with their Arrow types.
 PAGE_SCHEMA = pa.schema(
@@ -210,8 +210,7 @@ class StagingWindow:
     def remove(self) -> None:
         """Delete the staging file after its rows are merged into the catalogue."""
         self.close()
-        for p in (self.path, self.path.with_name(self.path.name + ".wal")):
-            p.unlink(missing_ok=True)
+        remove_database_file(self.path)
 
     def release(self) -> None:
         """Close the file and give the window up to the next run."""
