@@ -41,7 +41,11 @@ def cmd_dev(args: argparse.Namespace) -> int:
         print(f"the demo provider did not start (port {args.demo_port} busy?): {line}", file=sys.stderr)
         return 1
     print(line, flush=True)
-    env = {**os.environ, "HARVEST_DEMO_URL": f"http://127.0.0.1:{args.demo_port}/oai"}
+    env = {
+        **os.environ,
+        "HARVEST_DEMO_URL": f"http://127.0.0.1:{args.demo_port}/oai",
+        "HARVEST_DEMO_CSW_URL": f"http://127.0.0.1:{args.demo_port}/csw",
+    }
     print(f"Dagster UI on http://127.0.0.1:{args.ui_port}  (DAGSTER_HOME={home})", flush=True)
     ui = subprocess.Popen(
         [sys.executable, "-m", "dagster", "dev", "-w", "workspace.yaml", "-h", args.ui_host, "-p", str(args.ui_port)],
