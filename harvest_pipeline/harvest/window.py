@@ -16,6 +16,7 @@ from harvest_pipeline.dates import parse_datestamp
 from harvest_pipeline.errors import BadResumptionToken, DeferredError, HarvestError, MalformedXMLError, ProtocolError
 from harvest_pipeline.crashpoints import crashpoint
 from harvest_pipeline.harvest.listers import Lister, lister_for
+from harvest_pipeline.harvest.prefetch import prefetch
 from harvest_pipeline.harvest.rows import page_rows
 from harvest_pipeline.sources import SourceConfig
 from harvest_pipeline.store import connect as store_connect
@@ -365,26 +366,18 @@ def _run_token_loop(
     progress: Progress | None,
     described: dict,
 ) -> None:
-    """Fetch pages from the cursor's position until the list ends, committing each page."""
+    """Fetch pages from the cursor's position until the list ends, committing each page.
+
+    Fetching, parsing, guarding and mapping run a page or two ahead in a worker thread
+    (`prefetch`); this thread only commits pages, in order, each with the token after it.
+    """
     cursor = staging.cursor()
-    guards = _Guards(cursor.received + cursor.quarantined_unparsed)
-    seconds_granularity = "hh" in (described.get("granularity") or "")
-    pages = lister.pages(from_param=from_param, until_param=until_param, resume_token=cursor.token)
-    page_offset, size = cursor.pages, cursor.complete_list_size
-    for page in pages:
-        page.page_number += page_offset
-        if size is None:
-            size = page.resumption.complete_list_size
-        warnings = [*page.warnings, *guards.check(page, size, page.page_number)]
-        if hasattr(lister, "drain_warnings"):
-            warnings += lister.drain_warnings()
-        if page.quarantined:
-            warnings += _fetch_unreadable_again(lister, page)
-        if seconds_granularity:
-            day_only = sum(1 for r in page.records if len(r.datestamp) == 10)
-            if day_only:
-                warnings.append(f"page {page.page_number}: {day_only} datestamp(s) have day granularity although Identify says seconds")
-        rows, quarantined = page_rows(page, metadata_prefix=record_format_label(source), window_start=window.start, window_end=window.end)
+    prepared = _prepared_pages(
+        source, window, lister, lister.pages(from_param=from_param, until_param=until_param, resume_token=cursor.token),
+        received_before=cursor.received + cursor.quarantined_unparsed, pages_before=cursor.pages,
+        size=cursor.complete_list_size, seconds_granularity="hh" in (described.get("granularity") or ""),
+    )
+    for page, rows, quarantined, warnings in prefetch(prepared):
         crashpoint("after-fetch")
         staging.write_page(
             rows, next_token=page.next_token, complete_list_size=page.resumption.complete_list_size,
@@ -396,6 +389,26 @@ def _run_token_loop(
                 "source_id": source.id, "window": window.key, "pages": state.pages,
                 "received": state.received, "complete_list_size": state.complete_list_size,
             })
+
+
+def _prepared_pages(source, window, lister, pages, *, received_before, pages_before, size, seconds_granularity):
+    """Each page checked by the guards, its unreadable records fetched again, mapped to rows."""
+    guards = _Guards(received_before)
+    for page in pages:
+        page.page_number += pages_before
+        if size is None:
+            size = page.resumption.complete_list_size
+        warnings = [*page.warnings, *guards.check(page, size, page.page_number)]
+        if page.quarantined:
+            warnings += _fetch_unreadable_again(lister, page)
+        if hasattr(lister, "drain_warnings"):
+            warnings += lister.drain_warnings()
+        if seconds_granularity:
+            day_only = sum(1 for r in page.records if len(r.datestamp) == 10)
+            if day_only:
+                warnings.append(f"page {page.page_number}: {day_only} datestamp(s) have day granularity although Identify says seconds")
+        rows, quarantined = page_rows(page, metadata_prefix=record_format_label(source), window_start=window.start, window_end=window.end)
+        yield page, rows, quarantined, warnings
 
 
 def _fetch_unreadable_again(lister: Lister, page) -> list[str]:
