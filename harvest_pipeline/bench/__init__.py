@@ -1,0 +1,87 @@
+"""Benchmark of the harvester against the demo OAI-PMH provider: ``python -m harvest_pipeline.bench``.
+
+Install the contenders first (once): ``.venv/bin/pip install -e '.[bench]'`` (sickle, oaipmh-scythe,
+psutil; ``pip install pyinstrument`` for ``--profiler pyinstrument``). A missing library only
+turns its contender into an ERROR row.
+
+Commands
+--------
+::
+
+    # smoke run: tiny window, 1 run, no warm-up (seconds)
+    python -m harvest_pipeline.bench --quick
+    # the contender table on a medium window
+    python -m harvest_pipeline.bench --records 50000 --page-size 200 --runs 3
+    # everything at full size (on a quiet machine; takes a while: the 365-window CLI backfill alone
+    # is several minutes, the 1M-record window a few more)
+    python -m harvest_pipeline.bench --all --json bench.json
+    # one section only, no contender table
+    python -m harvest_pipeline.bench --no-contenders --rss --rss-sizes 100000,1000000
+
+What it does
+------------
+It starts the demo provider (a subprocess) with a corpus of ONE closed day of ``--records``
+records (``--days 1 --records-per-day N``, clock frozen at the next midnight) and a page size of
+``--page-size``, then runs every contender ``--runs`` times against the same endpoint and window,
+each run in its own child process (``python -m harvest_pipeline.bench.run_one NAME``), rounds
+interleaved. It prints: contender, records, records/s (median, min, max over runs), the child's
+peak RSS (VmHWM, the kernel's ru_maxrss of the child since its exec: interpreter + imports + run) and the ratio to the fetch-only baseline.
+
+Contenders (``--only a,b,...``; default all, in this order):
+
+==========  ==============================================================================
+fetch-only  requests.Session GET loop, resumptionToken by bytes regex, no XML parse (the limit)
+sickle      Sickle(url, iterator=OAIItemIterator).ListRecords(...), every record iterated
+scythe      oaipmh-scythe Scythe(url).list_records(...), every record iterated
+client      our OAIClient.list_records_pages over the window, each record touched
+harvest     our harvest_window(): token loop -> staging DuckDB -> merge, fresh catalogue per run
+dagster     the same via build_definitions([source]) + execute_in_process(partition_key=...) on a
+            temporary (sqlite) instance; its overhead over ``harvest`` is printed separately
+==========  ==============================================================================
+
+Flags
+-----
+Contender table: ``--records N`` (default 100,000), ``--page-size P`` (200), ``--runs R`` (5),
+``--warmup W`` (1 unmeasured fetch-only pass), ``--only NAMES``, ``--no-contenders``, ``--quick``
+(2,000 records, page size 100, 1 run, no warm-up, and tiny sizes for every section below).
+
+Sections (each only when asked; ``--all`` = all of them), each with its own table:
+
+``--rss``
+    peak RSS of harvest_window on one window of each of ``--rss-sizes`` (100000,1000000), page
+    size ``--rss-page-size`` (500), ``--rss-runs`` (1); per phase (token loop, merge); plus a
+    what-if row with DuckDB settings injected in the child (``--rss-what-if``, default
+    ``{"memory_limit": "256MB"}``, ``none`` to skip). A child above ``--rss-cap-mb`` (8000) is
+    killed and reported as over the cap. Target: 1M window < 300 MB and flat vs 100k.
+``--upsert``
+    merge_staging throughput: ``--upsert-rows`` N (100,000) staged rows into a catalogue of
+    ``--upsert-existing`` M (1,000,000) rows; scenarios created / updated / unchanged; rows/s.
+``--backfill``
+    ``--backfill-days`` (365) daily windows of ``--backfill-records-per-day`` (150) records,
+    ``--backfill-modes`` cli,direct,ranged: the CLI (``harvest-pipeline harvest``, one Dagster run
+    per window, HARVEST_* and DAGSTER_HOME in temp folders), harvest_window in a loop (no Dagster),
+    and the bench-only ranged prototype (``bench/ranged.py``: BackfillPolicy.multi_run with
+    ``--ranged-max-partitions`` 30,365, per-window materializations and check evaluations logged
+    per partition). Seconds, seconds per window, overhead per window. Target: < 5 min for 365.
+``--sources``
+    ``--sources-levels`` (1,2,5,10,20) sources at once, each a separate process harvesting one
+    window of ``--sources-records`` (10,000) from its own provider on its own loopback address,
+    one shared catalogue; total records/s and CPU share per level, ``--sources-runs`` (1).
+``--profile``
+    harvest_window on ``--profile-records`` (50,000) under ``--profiler`` cprofile|pyinstrument
+    (``--profile-contender dagster`` profiles the Dagster path instead): time per stage, top
+    functions, suggestions.
+
+Output and housekeeping: ``--json PATH`` (every number), ``--workdir DIR`` / ``--keep`` (keep the
+scratch files: catalogues, logs, profiles), ``--timeout S`` per child (3600).
+
+The last table is the targets, PASS/MISS with the numbers: full harvest >= Sickle; our client
+>= 2x Sickle; full harvest >= 60% of fetch-only; 1M-record window peak RSS < 300 MB (--rss);
+365-window backfill < 5 min (--backfill); throughput grows with sources until CPU saturates
+(--sources). Progress goes to stderr, tables to stdout. Numbers on a busy machine are noisy:
+compare medians from the same invocation, not across machines.
+
+Modules: ``__main__`` (CLI), ``spec`` (provider + window spec), ``contenders``, ``run_one`` (child),
+``measure`` (children, median/min/max), ``report`` (tables, targets), ``*_section`` (extra
+sections), ``ranged`` + ``backfill_runner`` (the ranged-backfill prototype).
+"""

@@ -1,0 +1,106 @@
+"""--rss: peak RSS of our full harvest of ONE big window (1,000,000 vs 100,000 records).
+
+Each size gets its own demo provider (``--days 1 --records-per-day N``, clock frozen after the
+day, so the window is closed). ``harvest_window`` runs in a child process per run; the table shows
+its peak RSS (VmHWM: ``ru_maxrss`` since exec) and the sampled peak of each phase: the token loop (pages -> staging file) and
+the merge (staging -> catalogue, one transaction).
+
+A what-if row per size (``--rss-what-if``, default ``{"memory_limit": "256MB"}``) runs the same
+harvest with those DuckDB settings injected into every ``duckdb.connect`` of the child (bench-only
+monkeypatch, no project file changes), to show what bounding DuckDB's buffer pool would buy.
+A child whose RSS passes ``--rss-cap-mb`` (default 8000) is killed and reported as "> cap", so the
+benchmark cannot starve a shared machine.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from harvest_pipeline.bench.contenders import DUCKDB_CONFIG_ENV
+from harvest_pipeline.bench.measure import Summary, check_count, run_child
+from harvest_pipeline.bench.report import n0, n1, stats_cells, table
+from harvest_pipeline.bench.spec import bench_provider, provider_trouble
+
+TARGET_MB = 300.0
+FLAT_RATIO = 1.25  # "flat": the big window's peak within 25% of the small one's
+
+
+def _phase_peak(summary: Summary, *phases: str) -> float | None:
+    vals = [max((s.data.get("rss_phases_mb") or {}).get(p, 0) for p in phases) for s in summary.ok]
+    vals = [v for v in vals if v]
+    return max(vals) if vals else None
+
+
+def run(args, workdir: Path, *, log=print) -> dict:
+    sizes = [int(x) for x in str(args.rss_sizes).split(",") if x.strip()]
+    runs = getattr(args, "rss_runs", None) or 1
+    cap = getattr(args, "rss_cap_mb", None) or 8000.0
+    what_if_raw = getattr(args, "rss_what_if", None)
+    what_if = None if what_if_raw in ("none", "") else json.loads(what_if_raw or '{"memory_limit": "256MB"}')
+    variants = [("as-is", None)] + ([("what-if " + ",".join(f"{k}={v}" for k, v in what_if.items()), what_if)]
+                                    if what_if else [])
+    rows, out = [], {"sizes": {}, "page_size": args.rss_page_size, "runs": runs, "cap_mb": cap}
+    workdir.mkdir(parents=True, exist_ok=True)
+    for n in sizes:
+        log(f"rss: window of {n:,} records, page size {args.rss_page_size}")
+        t = time.perf_counter()
+        with bench_provider(records_per_day=n, page_size=args.rss_page_size, workdir=workdir) as (provider, spec):
+            log(f"  provider ready in {time.perf_counter() - t:.1f} s, window holds {spec.expected:,}")
+            spec_file = spec.write(workdir / f"spec-{n}.json")
+            for label, settings in variants:
+                summary = Summary(f"harvest {n} {label}")
+                for r in range(runs):
+                    env = {DUCKDB_CONFIG_ENV: json.dumps(settings)} if settings else None
+                    s = run_child("harvest", spec_file, workdir / f"{n}-{label.split()[0]}-{r}", timeout=args.timeout,
+                                  env=env, rss_cap_mb=cap)
+                    check_count(s, spec)
+                    trouble = provider_trouble(provider)
+                    if trouble:
+                        raise RuntimeError(f"{trouble}; {n:,}-record {label} run: {s.error or 'ok'}")
+                    summary.samples.append(s)
+                    log(f"  {label}: " + (f"ERROR {s.error}" if s.error else
+                                          f"{s.records:,} records in {s.seconds:.1f} s, peak RSS {s.data.get('rss_peak_mb')} MB"))
+                killed = any(s.data.get("killed") for s in summary.samples)
+                peak = summary.rss_peak_mb
+                rows.append([
+                    f"{n:,}", label, n0(summary.records) if summary.ok else "ERROR",
+                    *stats_cells(summary.rate),
+                    (f"> {cap:,.0f} (killed)" if killed else n1(peak)),
+                    n1(_phase_peak(summary, "token_loop")), n1(_phase_peak(summary, "merge", "after_merge")),
+                    (summary.errors[-1][:90] if summary.errors else ""),
+                ])
+                out["sizes"].setdefault(str(n), {})[label] = {
+                    "peak_mb": peak, "killed": killed, "summary": summary.as_dict(),
+                    "token_loop_mb": _phase_peak(summary, "token_loop"),
+                    "merge_mb": _phase_peak(summary, "merge", "after_merge"),
+                }
+    print()
+    print(f"== Peak RSS of harvest_window on one window (page size {args.rss_page_size}, {runs} run(s) each) ==")
+    print(table(["window", "variant", "records", "rec/s median", "min", "max", "peak RSS MB",
+                 "token loop MB", "merge MB", "error"], rows, right={2, 3, 4, 5, 6, 7, 8}))
+    print("peak RSS = VmHWM of the child; token loop / merge = peaks sampled every 50 ms in each phase.")
+    out["target"] = _target(sizes, out)
+    return out
+
+
+def _target(sizes: list[int], out: dict) -> dict:
+    name = "1M-record window peak RSS < 300 MB"
+    if not sizes:
+        return {"name": name, "verdict": "n/a", "numbers": "no sizes"}
+    big, small = max(sizes), min(sizes)
+    b = out["sizes"][str(big)]["as-is"]
+    s = out["sizes"][str(small)]["as-is"]
+    note = "" if big >= 1_000_000 else f" (measured at {big:,}, not 1M)"
+    if b["killed"]:
+        return {"name": name, "verdict": "MISS", "numbers": f"{big:,}-record window passed the {out['cap_mb']:,.0f} MB cap{note}"}
+    if not b["peak_mb"] or b["summary"]["errors"]:
+        errors = b["summary"]["errors"]
+        return {"name": name, "verdict": "n/a", "numbers": f"the {big:,}-record run failed: {errors[-1] if errors else '?'}"}
+    flat = (s["peak_mb"] and not s["killed"] and b["peak_mb"] <= FLAT_RATIO * s["peak_mb"])
+    ok = b["peak_mb"] < TARGET_MB and (flat or big == small)
+    ratio = f", {b['peak_mb'] / s['peak_mb']:.2f}x the {small:,} window's {s['peak_mb']:.0f} MB" if s["peak_mb"] and big != small else ""
+    return {"name": name, "verdict": "PASS" if ok else "MISS",
+            "numbers": f"{big:,} records: {b['peak_mb']:.0f} MB{ratio} (flat = <= {FLAT_RATIO}x){note}"}
+
