@@ -8,12 +8,14 @@ from pathlib import Path
 from dagster_duckdb import DuckDBResource
 
 from harvest_pipeline.store import default_db_path, ensure_schema
+from harvest_pipeline.store.connection import connection_config
 
 
 def catalogue_resource() -> DuckDBResource:
     # HARVEST_DUCKDB_PATH (default data/harvest.duckdb), resolved once so every run of this
     # code location writes the same file whatever its working directory.
-    return DuckDBResource(database=str(default_db_path().resolve()))
+    path = default_db_path().resolve()
+    return DuckDBResource(database=str(path), connection_config=connection_config(path))
 
 
 def catalogue_connector(resource: DuckDBResource):

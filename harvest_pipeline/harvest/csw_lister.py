@@ -27,11 +27,11 @@ from harvest_pipeline.sources.registry import CswSettings
 
 
 class CswLister:
-    def __init__(self, source: SourceConfig, client: CSWClient | None = None):
+    def __init__(self, source: SourceConfig, client: CSWClient | None = None, state_dir=None):
         self.source = source
         self.settings: CswSettings = source.csw or CswSettings()
         if client is None:
-            client = CSWClient(source.url, **transport_kwargs(source))
+            client = CSWClient(source.url, **transport_kwargs(source, state_dir))
         self.client = client
         self._caps: CswCapabilities | None = None
         self._described: dict | None = None

@@ -8,6 +8,7 @@ server announced (OAI-PMH completeListSize, CSW numberOfRecordsMatched).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Iterator, Protocol
 
 from harvest_pipeline.dates import window_to_oai_bounds
@@ -20,7 +21,7 @@ from harvest_pipeline.sources import SourceConfig
 QUIRK_DATES_REJECTED = "dates-rejected"
 
 
-def transport_kwargs(source: SourceConfig) -> dict:
+def transport_kwargs(source: SourceConfig, state_dir: Path | None = None) -> dict:
     """What every protocol client of a source gets: its secrets, limits and politeness state."""
     from harvest_pipeline.store import default_db_path
 
@@ -30,7 +31,7 @@ def transport_kwargs(source: SourceConfig) -> dict:
         timeout=source.http.timeout_seconds,
         http=source.http,
         # Per-host politeness locks live beside the catalogue, shared by every run process.
-        state_dir=default_db_path().parent / "hosts",
+        state_dir=state_dir or default_db_path().parent / "hosts",
     )
 
 
@@ -46,10 +47,10 @@ class Lister(Protocol):
 
 
 class OaiLister:
-    def __init__(self, source: SourceConfig, client: OAIClient | None = None):
+    def __init__(self, source: SourceConfig, client: OAIClient | None = None, state_dir: Path | None = None):
         self.source = source
         if client is None:
-            client = OAIClient(source.url, **transport_kwargs(source))
+            client = OAIClient(source.url, **transport_kwargs(source, state_dir))
         self.client = client
         self._identify = None
 
@@ -152,9 +153,10 @@ class OaiLister:
             yield from pages
 
 
-def lister_for(source: SourceConfig) -> Lister:
+def lister_for(source: SourceConfig, state_dir: Path | None = None) -> Lister:
+    """The lister of the source's protocol; `state_dir` holds the per-host politeness locks."""
     if source.protocol == "csw":
-        from harvest_pipeline.harvest.csw_lister import CswLister  # added with CSW support
+        from harvest_pipeline.harvest.csw_lister import CswLister
 
-        return CswLister(source)
-    return OaiLister(source)
+        return CswLister(source, state_dir=state_dir)
+    return OaiLister(source, state_dir=state_dir)

@@ -133,7 +133,7 @@ def reconcile_source(
     listing = store.IdentifierListing(store.listing_path(db_path, source.id))
     try:
         try:
-            lister = lister or lister_for(source)
+            lister = lister or lister_for(source, state_dir=Path(db_path).parent / "hosts")
             described = lister.describe()
             size, listed = None, 0
             for n, page in enumerate(_listing_pages(lister), 1):

@@ -105,7 +105,7 @@ def harvest_selected(
     try:
         staging.start_attempt(attempt_id, "selected")
         try:
-            lister = lister or lister_for(source)
+            lister = lister or lister_for(source, state_dir=Path(db_path).parent / "hosts")
             get = _getter(lister, source)
             not_found: list[str] = []
             batch: list[OAIRecord] = []

@@ -180,7 +180,7 @@ def harvest_window(
     ctx = dict(source_id=source.id, window=window.key)
     staging = None
     try:
-        lister = lister or lister_for(source)
+        lister = lister or lister_for(source, state_dir=Path(db_path).parent / "hosts")
         described = lister.describe()
         # The overlap re-asks for a little before the window, for servers whose indexes lag.
         overlap = timedelta(seconds=source.overlap_seconds)
@@ -377,17 +377,19 @@ def _run_token_loop(
         received_before=cursor.received + cursor.quarantined_unparsed, pages_before=cursor.pages,
         size=cursor.complete_list_size, seconds_granularity="hh" in (described.get("granularity") or ""),
     )
+    pages_done, received, size = cursor.pages, cursor.received, cursor.complete_list_size
     for page, rows, quarantined, warnings in prefetch(prepared):
         crashpoint("after-fetch")
         staging.write_page(
             rows, next_token=page.next_token, complete_list_size=page.resumption.complete_list_size,
             response_date=page.response_date, warnings=warnings, quarantined=quarantined, repaired=page.repaired,
         )
+        pages_done, received = pages_done + 1, received + rows.num_rows
+        size = size if size is not None else page.resumption.complete_list_size
         if progress is not None:
-            state = staging.cursor()
             progress({
-                "source_id": source.id, "window": window.key, "pages": state.pages,
-                "received": state.received, "complete_list_size": state.complete_list_size,
+                "source_id": source.id, "window": window.key, "pages": pages_done,
+                "received": received, "complete_list_size": size,
             })
 
 

@@ -315,12 +315,10 @@ class _FileGate:
 
     def __init__(self, state_dir: Path):
         self.state_dir = Path(state_dir)
-        self._made = False
 
     def _path(self, name: str) -> str:
-        if not self._made:
-            self.state_dir.mkdir(parents=True, exist_ok=True)
-            self._made = True
+        # Made every time: someone may clean the folder while a long harvest runs.
+        self.state_dir.mkdir(parents=True, exist_ok=True)
         return str(self.state_dir / name)
 
     def _take_slot(self, key: str, limit: int, max_wait: float, sleep) -> int:

@@ -18,6 +18,7 @@ import duckdb
 from harvest_pipeline.errors import HarvestError, StoreLockedError
 
 DEFAULT_DB_PATH = "data/harvest.duckdb"
+DEFAULT_MEMORY_LIMIT = "256MB"
 
 
 def default_db_path() -> Path:
@@ -29,6 +30,27 @@ def _is_lock_error(exc: Exception) -> bool:
     return "lock" in text.lower() or "Conflicting" in text
 
 
+def connection_config(db_path: str | Path) -> dict:
+    """DuckDB settings for every connection: bounded memory, spilling next to the file.
+
+    DuckDB's default memory limit is 80% of RAM; a million-record window would take it. With a
+    limit and a temp directory, large merges spill to disk instead of growing the process.
+    """
+    spill_root = Path(db_path).parent / "duckdb_tmp"
+    spill_root.mkdir(parents=True, exist_ok=True)  # DuckDB makes the last level only
+    return {
+        "memory_limit": os.environ.get("HARVEST_DUCKDB_MEMORY_LIMIT") or DEFAULT_MEMORY_LIMIT,
+        # One folder per process: DuckDB names its spill files the same in every process.
+        "temp_directory": str(spill_root / str(os.getpid())),
+        "preserve_insertion_order": False,
+    }
+
+
+def _is_being_created(exc: Exception, path: Path) -> bool:
+    # Another process is writing the file's first bytes right now (two runs on a fresh catalogue).
+    return "not a valid DuckDB database file" in str(exc) and path.exists() and path.stat().st_size < 1 << 20
+
+
 def open_with_retry(path: str | Path, *, read_only: bool = False, wait_seconds: float = 120.0) -> duckdb.DuckDBPyConnection:
     path = Path(path)
     if not read_only:
@@ -37,8 +59,11 @@ def open_with_retry(path: str | Path, *, read_only: bool = False, wait_seconds: 
     delay = 0.02
     while True:
         try:
-            return duckdb.connect(str(path), read_only=read_only)
-        except (duckdb.IOException, duckdb.ConnectionException) as exc:
+            return duckdb.connect(str(path), read_only=read_only, config=connection_config(path))
+        except (duckdb.IOException, duckdb.ConnectionException, duckdb.InvalidInputException) as exc:
+            if _is_being_created(exc, path) and time.monotonic() < deadline:
+                time.sleep(0.05)
+                continue
             if read_only and not path.exists():
                 raise HarvestError(
                     f"the catalogue {path} does not exist yet",
@@ -55,7 +80,7 @@ def open_with_retry(path: str | Path, *, read_only: bool = False, wait_seconds: 
                     ),
                 ) from exc
             time.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 2, 1.0)
+            delay = min(delay * 2, 0.25)  # merges are short: poll often, so waiting runs follow closely
 
 
 @contextmanager

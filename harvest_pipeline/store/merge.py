@@ -68,42 +68,54 @@ def merge_staging(
     run_id: str,
     attempt_id: str,
 ) -> MergeCounts:
-    """Apply the staged window to `records` and `record_history`; call inside a transaction."""
+    """Apply the staged window to `records` and `record_history`; call inside a transaction.
+
+    Memory stays bounded whatever the window's size: the temp tables are narrow (identifier,
+    position, action) and the wide columns (raw XML) stream from the staging file straight into
+    their destination.
+    """
     now = utcnow()
     con.execute(f"ATTACH {_sql_literal_path(staging_file)} AS stg (READ_ONLY)")
-    try:
-        # A record listed twice in one traversal counts once, in its last-received version.
-        con.execute(
-            """
-            CREATE OR REPLACE TEMP TABLE incoming AS
-            SELECT * FROM stg.page_records
-            QUALIFY row_number() OVER (PARTITION BY identifier ORDER BY page_number DESC, seq DESC) = 1
-            """
-        )
-        received = con.execute("SELECT count(*) FROM stg.page_records").fetchone()[0]
-        quarantined, unparsed = con.execute(
-            "SELECT count(*), count(*) FILTER (WHERE kind = 'parse') FROM stg.page_quarantine"
-        ).fetchone()
-        con.execute(
-            """
-            INSERT INTO quarantine
-            SELECT ?, identifier, kind, error, raw, ?, ?, ?, ?, page_number, ? FROM stg.page_quarantine
-            """,
-            [source_id, window_start, window_end, run_id, attempt_id, now],
-        )
-        # A record we could not read has no version to store; its history says so.
-        con.execute(
-            """
-            INSERT INTO record_history
-            SELECT ?, coalesce(identifier, '(unreadable)'), NULL, false, NULL, 'quarantined', ?, ?, ?, ?,
-                   page_number, NULL, ?
-            FROM stg.page_quarantine WHERE kind = 'parse'
-            """,
-            [source_id, window_start, window_end, run_id, attempt_id, now],
-        )
-    finally:
-        con.execute("DETACH stg")
+    # No DETACH in a `finally`: after an error the transaction is aborted, a DETACH would fail
+    # and hide the real error; the caller's connection is closed anyway.
+    counts = _merge_attached(
+        con, source_id=source_id, window_start=window_start, window_end=window_end,
+        run_id=run_id, attempt_id=attempt_id, now=now,
+    )
+    con.execute("DETACH stg")
+    return counts
 
+
+def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt_id, now) -> MergeCounts:
+    received = con.execute("SELECT count(*) FROM stg.page_records").fetchone()[0]
+    quarantined, unparsed = con.execute(
+        "SELECT count(*), count(*) FILTER (WHERE kind = 'parse') FROM stg.page_quarantine"
+    ).fetchone()
+    con.execute(
+        """
+        INSERT INTO quarantine
+        SELECT ?, identifier, kind, error, raw, ?, ?, ?, ?, page_number, ? FROM stg.page_quarantine
+        """,
+        [source_id, window_start, window_end, run_id, attempt_id, now],
+    )
+    # A record we could not read has no version to store; its history says so.
+    con.execute(
+        """
+        INSERT INTO record_history
+        SELECT ?, coalesce(identifier, '(unreadable)'), NULL, false, NULL, 'quarantined', ?, ?, ?, ?,
+               page_number, NULL, ?
+        FROM stg.page_quarantine WHERE kind = 'parse'
+        """,
+        [source_id, window_start, window_end, run_id, attempt_id, now],
+    )
+    # A record listed twice in one traversal counts once, in its last-received version.
+    con.execute(
+        """
+        CREATE OR REPLACE TEMP TABLE latest AS
+        SELECT identifier, max(page_number::BIGINT * 1000000 + seq) AS pos
+        FROM stg.page_records GROUP BY identifier
+        """
+    )
     incoming_values = {c: _stored_value(c, "i.") for c in _RECORD_VALUE_COLUMNS}
     # The harvest always wins: a row edited by hand since (same version, different columns) is
     # rewritten and classed 'restored'.
@@ -111,7 +123,7 @@ def merge_staging(
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE classified AS
-        SELECT i.*,
+        SELECT i.identifier, i.page_number, i.seq, i.datestamp,
             CASE
                 WHEN r.identifier IS NULL THEN CASE WHEN i.deleted THEN 'deleted' ELSE 'created' END
                 WHEN i.datestamp < r.datestamp THEN 'stale'            -- never overwrite a newer version
@@ -123,20 +135,22 @@ def merge_staging(
                     THEN CASE WHEN {row_matches} THEN 'unchanged' ELSE 'restored' END
                 ELSE 'updated'
             END AS action
-        FROM incoming i
+        FROM stg.page_records i
+        JOIN latest l ON l.identifier = i.identifier AND l.pos = i.page_number::BIGINT * 1000000 + i.seq
         LEFT JOIN records r ON r.source_id = ? AND r.identifier = i.identifier
         """,
         [source_id],
     )
-
-    values = ", ".join(_stored_value(c, "") for c in _RECORD_VALUE_COLUMNS)
+    values = ", ".join(_stored_value(c, "i.") for c in _RECORD_VALUE_COLUMNS)
     updates = ", ".join(f"{c} = excluded.{c}" for c in _RECORD_VALUE_COLUMNS)
     con.execute(
         f"""
         INSERT INTO records (source_id, identifier, {', '.join(_RECORD_VALUE_COLUMNS)},
                              first_seen_at, written_at, written_by_run, window_start, window_end)
-        SELECT ?, identifier, {values}, ?, ?, ?, ?, ?
-        FROM classified WHERE action IN ('created', 'updated', 'deleted', 'revived', 'restored')
+        SELECT ?, i.identifier, {values}, ?, ?, ?, ?, ?
+        FROM stg.page_records i
+        JOIN classified c ON c.identifier = i.identifier AND c.page_number = i.page_number AND c.seq = i.seq
+        WHERE c.action IN ('created', 'updated', 'deleted', 'revived', 'restored')
         ON CONFLICT (source_id, identifier) DO UPDATE SET {updates},
             written_at = excluded.written_at, written_by_run = excluded.written_by_run,
             window_start = excluded.window_start, window_end = excluded.window_end
@@ -146,9 +160,10 @@ def merge_staging(
     con.execute(
         """
         INSERT INTO record_history
-        SELECT ?, identifier, datestamp, deleted, content_hash, action, ?, ?, ?, ?, page_number,
-               CASE WHEN action IN ('created', 'updated', 'revived', 'restored') THEN metadata_xml END, ?
-        FROM classified
+        SELECT ?, i.identifier, i.datestamp, i.deleted, i.content_hash, c.action, ?, ?, ?, ?, i.page_number,
+               CASE WHEN c.action IN ('created', 'updated', 'revived', 'restored') THEN i.metadata_xml END, ?
+        FROM stg.page_records i
+        JOIN classified c ON c.identifier = i.identifier AND c.page_number = i.page_number AND c.seq = i.seq
         """,
         [source_id, window_start, window_end, run_id, attempt_id, now],
     )
@@ -156,15 +171,15 @@ def merge_staging(
     # "Stored": received versions the catalogue now holds (or holds a newer version of).
     stored = con.execute(
         """
-        SELECT count(*) FROM incoming i
-        JOIN records r ON r.source_id = ? AND r.identifier = i.identifier
-            AND (i.datestamp IS NULL OR r.datestamp >= i.datestamp)
+        SELECT count(*) FROM classified c
+        JOIN records r ON r.source_id = ? AND r.identifier = c.identifier
+            AND (c.datestamp IS NULL OR r.datestamp >= c.datestamp)
         """,
         [source_id],
     ).fetchone()[0]
-    distinct = con.execute("SELECT count(*) FROM incoming").fetchone()[0]
+    distinct = con.execute("SELECT count(*) FROM classified").fetchone()[0]
     con.execute("DROP TABLE classified")
-    con.execute("DROP TABLE incoming")
+    con.execute("DROP TABLE latest")
     return MergeCounts(
         received=int(received),
         distinct_received=int(distinct),

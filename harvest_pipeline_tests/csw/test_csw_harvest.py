@@ -148,15 +148,20 @@ def test_a_record_edited_mid_window_fails_completeness_then_a_rerun_verifies(dem
     source = csw_source(demo, page_size=20)
     touched: list[str] = []
 
-    def edit_after_first_page(state):
-        if state["pages"] == 1 and not touched:
-            # The window's first record (modified order) is on the page just committed.
-            first = next(CSWClient(source.url).get_records(
-                constraint=WindowConstraint(window.start, window.end), page_size=1))
-            touched.append(first.identifier)
-            demo.touch(first.identifier)  # now: after the window
+    class EditingLister(CswLister):
+        """Edits the window's first record on the server right after the first page arrives
+        (inside the page sequence, so it happens before page 2 is asked for, prefetch or not)."""
 
-    report = harvest_window(source, window, db_path=db_path, progress=edit_after_first_page)
+        def pages(self, **kw):
+            for n, page in enumerate(super().pages(**kw), start=1):
+                yield page
+                if n == 1 and not touched:
+                    first = next(CSWClient(source.url).get_records(
+                        constraint=WindowConstraint(window.start, window.end), page_size=1))
+                    touched.append(first.identifier)
+                    demo.touch(first.identifier)  # now: after the window
+
+    report = harvest_window(source, window, db_path=db_path, lister=EditingLister(source))
     assert touched
     assert report.status == ledger.INCOMPLETE and not report.checks["complete"].passed
     assert report.counts.received == report.complete_list_size - 1
