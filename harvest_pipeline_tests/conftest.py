@@ -21,6 +21,16 @@ def day_window(days_ago: int) -> Window:
     return Window(start, start + timedelta(days=1), start.strftime("%Y-%m-%d"))
 
 
+def records_table(db_path) -> list[tuple]:
+    """The records table without the columns that record when it was written (for equality)."""
+    from harvest_pipeline.store import connect
+
+    with connect(db_path) as con:
+        return con.execute(
+            "SELECT * EXCLUDE (written_at, first_seen_at, written_by_run) FROM records ORDER BY source_id, identifier"
+        ).fetchall()
+
+
 def window_stats(provider, window: Window) -> dict:
     return provider.stats(from_=window.start, until=window.end - timedelta(seconds=1))
 

@@ -271,6 +271,12 @@ def harvest_window(
     except BaseException as exc:
         if staging is not None:
             staging.close()
+        if isinstance(exc, duckdb.OutOfMemoryException):
+            exc = HarvestError(
+                f"DuckDB ran out of memory: {str(exc).splitlines()[0]}",
+                hint="raise HARVEST_DUCKDB_MEMORY_LIMIT (default 1GB) and run the window again; "
+                "nothing is lost, the staged pages are kept",
+            )
         _record_failure(connect, source, window, exc)
         if isinstance(exc, HarvestError):
             raise exc.with_context(**ctx) from None

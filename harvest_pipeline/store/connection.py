@@ -18,7 +18,7 @@ import duckdb
 from harvest_pipeline.errors import HarvestError, StoreLockedError
 
 DEFAULT_DB_PATH = "data/harvest.duckdb"
-DEFAULT_MEMORY_LIMIT = "256MB"
+DEFAULT_MEMORY_LIMIT = "1GB"
 
 
 def default_db_path() -> Path:

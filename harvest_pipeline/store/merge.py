@@ -54,6 +54,12 @@ def _stored_value(column: str, alias: str) -> str:
     return f"{alias}{column}"
 
 
+def _fingerprint(values: dict[str, str]) -> str:
+    """SQL for one md5 over a row's stored values (NULL and empty kept apart)."""
+    parts = ", ".join(f"coalesce(CAST({expr} AS VARCHAR), '\x00')" for expr in values.values())
+    return f"md5(concat_ws(chr(31), {parts}))"
+
+
 def _sql_literal_path(path: Path) -> str:
     return "'" + str(path).replace("'", "''") + "'"
 
@@ -116,10 +122,11 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
         FROM stg.page_records GROUP BY identifier
         """
     )
-    incoming_values = {c: _stored_value(c, "i.") for c in _RECORD_VALUE_COLUMNS}
     # The harvest always wins: a row edited by hand since (same version, different columns) is
-    # rewritten and classed 'restored'.
-    row_matches = " AND ".join(f"r.{c} IS NOT DISTINCT FROM {expr}" for c, expr in incoming_values.items())
+    # rewritten and classed 'restored'. Rows are compared by a fingerprint computed on each side
+    # before the join, so the join never carries the wide columns (raw XML) of a large catalogue.
+    incoming_fp = _fingerprint({c: _stored_value(c, "p.") for c in _RECORD_VALUE_COLUMNS})
+    stored_fp = _fingerprint({c: c for c in _RECORD_VALUE_COLUMNS})
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE classified AS
@@ -127,17 +134,23 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
             CASE
                 WHEN r.identifier IS NULL THEN CASE WHEN i.deleted THEN 'deleted' ELSE 'created' END
                 WHEN i.datestamp < r.datestamp THEN 'stale'            -- never overwrite a newer version
-                WHEN i.deleted AND r.deleted THEN CASE WHEN {row_matches} THEN 'unchanged' ELSE 'restored' END
+                WHEN i.deleted AND r.deleted THEN CASE WHEN r.fp = i.fp THEN 'unchanged' ELSE 'restored' END
                 WHEN i.deleted THEN 'deleted'
                 WHEN r.deleted THEN 'revived'
                 WHEN r.content_hash IS NOT DISTINCT FROM i.content_hash
                      AND r.datestamp IS NOT DISTINCT FROM i.datestamp
-                    THEN CASE WHEN {row_matches} THEN 'unchanged' ELSE 'restored' END
+                    THEN CASE WHEN r.fp = i.fp THEN 'unchanged' ELSE 'restored' END
                 ELSE 'updated'
             END AS action
-        FROM stg.page_records i
-        JOIN latest l ON l.identifier = i.identifier AND l.pos = i.page_number::BIGINT * 1000000 + i.seq
-        LEFT JOIN records r ON r.source_id = ? AND r.identifier = i.identifier
+        FROM (
+            SELECT p.identifier, p.page_number, p.seq, p.datestamp, p.deleted, p.content_hash, {incoming_fp} AS fp
+            FROM stg.page_records p
+            JOIN latest l ON l.identifier = p.identifier AND l.pos = p.page_number::BIGINT * 1000000 + p.seq
+        ) i
+        LEFT JOIN (
+            SELECT identifier, datestamp, deleted, content_hash, {stored_fp} AS fp
+            FROM records WHERE source_id = ?
+        ) r ON r.identifier = i.identifier
         """,
         [source_id],
     )

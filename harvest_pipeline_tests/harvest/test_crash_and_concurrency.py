@@ -13,17 +13,10 @@ import pytest
 
 from harvest_pipeline.harvest import harvest_window
 from harvest_pipeline.store import connect, ledger
-from harvest_pipeline_tests.conftest import day_window, demo_source
+from harvest_pipeline_tests.conftest import day_window, demo_source, records_table
 
 pytestmark = pytest.mark.integration
 HARVEST_ONCE = Path(__file__).with_name("harvest_once.py")
-
-
-def _table(db_path) -> list[tuple]:
-    with connect(db_path) as con:
-        return con.execute(
-            "SELECT * EXCLUDE (written_at, first_seen_at, written_by_run) FROM records ORDER BY identifier"
-        ).fetchall()
 
 
 def _child(url, db, window, crashpoint=None, **kw):
@@ -41,18 +34,18 @@ def _child(url, db, window, crashpoint=None, **kw):
 def clean_table(shared_demo, tmp_path_factory):
     db = tmp_path_factory.mktemp("clean") / "h.duckdb"
     harvest_window(demo_source(shared_demo), day_window(2), db_path=db)
-    return _table(db)
+    return records_table(db)
 
 
 @pytest.mark.parametrize("point", ["after-fetch:2", "mid-page-write:2", "mid-merge", "after-merge"])
-def test_sigkill_at_any_point_then_rerun_gives_the_uninterrupted_table(shared_demo, tmp_path, clean_table, point):
+def test_sigkill_at_any_point_then_rerun_gives_the_uninterruptedrecords_table(shared_demo, tmp_path, clean_table, point):
     db = tmp_path / "h.duckdb"
     proc = _child(shared_demo.url, db, day_window(2), crashpoint=point)
     proc.wait(timeout=120)
     assert proc.returncode == -9, proc.stderr.read()  # it really died there, by SIGKILL
     report = harvest_window(demo_source(shared_demo), day_window(2), db_path=db)
     assert report.status == ledger.VERIFIED
-    assert _table(db) == clean_table
+    assert records_table(db) == clean_table
     with connect(db) as con:
         # Nothing was double-counted: one ledger row, one current row per identifier.
         assert con.execute("SELECT count(*) FROM harvest_windows").fetchone()[0] == 1
@@ -68,7 +61,7 @@ def test_two_runs_of_one_window_at_once_never_double_count(shared_demo, tmp_path
     if codes[1] != 0:  # the loser waited for the staging file, then said why
         err = next(e for (o, e), p in zip(outs, (first, second)) if p.returncode)
         assert "another run is harvesting this window" in err
-    assert _table(db) == clean_table
+    assert records_table(db) == clean_table
 
 
 def test_a_reader_holding_the_catalogue_makes_the_harvest_wait_not_fail(shared_demo, tmp_path, clean_table):
@@ -86,7 +79,7 @@ def test_a_reader_holding_the_catalogue_makes_the_harvest_wait_not_fail(shared_d
     reader.wait(timeout=30)
     assert report.status == ledger.VERIFIED
     assert time.monotonic() - started >= 1  # it had to wait for the reader's lock
-    assert _table(db) == clean_table
+    assert records_table(db) == clean_table
 
 
 def test_set_names_and_source_ids_cannot_inject(shared_demo, tmp_path):

@@ -13,17 +13,10 @@ import pytest
 from harvest_pipeline.harvest import harvest_window
 from harvest_pipeline.store import connect, ledger
 from harvest_pipeline.store.staging import open_staging_files
-from harvest_pipeline_tests.conftest import day_window, demo_source, window_stats
+from harvest_pipeline_tests.conftest import day_window, demo_source, records_table, window_stats
 
 pytestmark = pytest.mark.integration
 KILLER = Path(__file__).with_name("kill_midwindow.py")
-
-
-def records_table(db_path) -> list[tuple]:
-    with connect(db_path) as con:
-        return con.execute(
-            "SELECT * EXCLUDE (written_at, first_seen_at, written_by_run) FROM records ORDER BY source_id, identifier"
-        ).fetchall()
 
 
 def test_window_lands_exactly_what_the_server_lists(shared_demo, db_path):
