@@ -130,7 +130,7 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE classified AS
-        SELECT i.identifier, i.page_number, i.seq, i.datestamp,
+        SELECT i.identifier, i.page_number, i.seq, i.datestamp, r.identifier IS NOT NULL AS existed,
             CASE
                 WHEN r.identifier IS NULL THEN CASE WHEN i.deleted THEN 'deleted' ELSE 'created' END
                 WHEN i.datestamp < r.datestamp THEN 'stale'            -- never overwrite a newer version
@@ -154,21 +154,34 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
         """,
         [source_id],
     )
+    # New rows are inserted and existing ones updated in place, in two statements: DuckDB's
+    # INSERT .. ON CONFLICT DO UPDATE holds every conflicting row in memory, which a window
+    # revising 100,000 records of a large catalogue does not survive.
+    changed = """
+        FROM stg.page_records i
+        JOIN classified c ON c.identifier = i.identifier AND c.page_number = i.page_number AND c.seq = i.seq
+        WHERE c.action IN ('created', 'updated', 'deleted', 'revived', 'restored')
+    """
     values = ", ".join(_stored_value(c, "i.") for c in _RECORD_VALUE_COLUMNS)
-    updates = ", ".join(f"{c} = excluded.{c}" for c in _RECORD_VALUE_COLUMNS)
     con.execute(
         f"""
         INSERT INTO records (source_id, identifier, {', '.join(_RECORD_VALUE_COLUMNS)},
                              first_seen_at, written_at, written_by_run, window_start, window_end)
         SELECT ?, i.identifier, {values}, ?, ?, ?, ?, ?
-        FROM stg.page_records i
-        JOIN classified c ON c.identifier = i.identifier AND c.page_number = i.page_number AND c.seq = i.seq
-        WHERE c.action IN ('created', 'updated', 'deleted', 'revived', 'restored')
-        ON CONFLICT (source_id, identifier) DO UPDATE SET {updates},
-            written_at = excluded.written_at, written_by_run = excluded.written_by_run,
-            window_start = excluded.window_start, window_end = excluded.window_end
+        {changed} AND NOT c.existed
         """,
         [source_id, now, now, run_id, window_start, window_end],
+    )
+    aliased = ", ".join(f"{_stored_value(c, 'i.')} AS {c}" for c in _RECORD_VALUE_COLUMNS)
+    assignments = ", ".join(f"{c} = u.{c}" for c in _RECORD_VALUE_COLUMNS)
+    con.execute(
+        f"""
+        UPDATE records SET {assignments},
+            written_at = ?, written_by_run = ?, window_start = ?, window_end = ?
+        FROM (SELECT i.identifier, {aliased} {changed} AND c.existed) u
+        WHERE records.source_id = ? AND records.identifier = u.identifier
+        """,
+        [now, run_id, window_start, window_end, source_id],
     )
     con.execute(
         """
