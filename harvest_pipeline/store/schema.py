@@ -6,6 +6,8 @@ All timestamps are UTC, stored as TIMESTAMP (naive).
 
 from __future__ import annotations
 
+import threading
+
 import duckdb
 
 from harvest_pipeline.store.clock import utcnow
@@ -165,8 +167,18 @@ MIGRATIONS: list[tuple[int, str]] = [
 ]
 
 
+# Connections of one process to one file share a database: two threads (the daemon's sensor
+# threads, say) must not both apply a migration.
+_MIGRATING = threading.Lock()
+
+
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> int:
     """Apply the migrations this file has and the database lacks; return the schema version."""
+    with _MIGRATING:
+        return _ensure_schema(con)
+
+
+def _ensure_schema(con: duckdb.DuckDBPyConnection) -> int:
     con.execute(
         "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TIMESTAMP NOT NULL)"
     )

@@ -105,3 +105,28 @@ def test_the_harvest_wins_over_local_edits_and_local_deletes(db):
     counts, table = _merge(db, recs, run="run")
     assert (counts.restored, counts.created, counts.unchanged) == (1, 1, 0)
     assert table == pristine
+
+
+def test_threads_of_one_process_migrate_a_new_catalogue_once(db):
+    """The daemon's sensor threads open a fresh catalogue at the same moment."""
+    import threading
+
+    errors = []
+
+    def open_it():
+        try:
+            with connect(db):
+                pass
+        except Exception as exc:  # noqa: BLE001 - collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_it) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    with connect(db) as con:
+        assert con.execute("SELECT count(*) FROM schema_migrations").fetchone()[0] == con.execute(
+            "SELECT max(version) FROM schema_migrations"
+        ).fetchone()[0]
