@@ -17,7 +17,7 @@ from harvest_pipeline.defs.reconcile import reconcile_key
 from harvest_pipeline.defs.resources import catalogue_connector, catalogue_path
 from harvest_pipeline.errors import HarvestError
 from harvest_pipeline.sources import SourceConfig
-from harvest_pipeline.store import connect
+from harvest_pipeline.store import connect, transaction
 from harvest_pipeline.store.catalog import (
     catalog_fingerprint,
     export_parquet,
@@ -49,10 +49,9 @@ def build_catalog_asset(sources: list[SourceConfig]) -> dg.AssetsDefinition:
     def catalog(context: dg.AssetExecutionContext, duckdb: DuckDBResource):
         directory = exports_dir(catalogue_path(duckdb))
         with catalogue_connector(duckdb)() as con:
-            con.execute("BEGIN TRANSACTION")
-            stats = refresh_catalog(con, source_ids)
-            fingerprint = catalog_fingerprint(con)
-            con.execute("COMMIT")
+            with transaction(con):
+                stats = refresh_catalog(con, source_ids)
+                fingerprint = catalog_fingerprint(con)
             exports = export_parquet(con, directory, [s["source_id"] for s in stats])
         metadata: dict = {}
         for s in stats:

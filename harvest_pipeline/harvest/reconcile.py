@@ -28,6 +28,7 @@ from harvest_pipeline.harvest.listers import Lister, lister_for
 from harvest_pipeline.harvest.rows import content_hash
 from harvest_pipeline.sources import SourceConfig
 from harvest_pipeline.store import connect as store_connect
+from harvest_pipeline.store import transaction
 from harvest_pipeline.store import ledger
 from harvest_pipeline.store import reconcile as store
 from harvest_pipeline.store.clock import utcnow
@@ -149,8 +150,7 @@ def reconcile_source(
         listing.close()
 
         with connect() as con:
-            con.execute("BEGIN TRANSACTION")
-            try:
+            with transaction(con):
                 ledger.record_identify(con, source.id, **{k: described.get(k) for k in ("granularity", "earliest_datestamp", "deleted_record")})
                 cmp = store.compare(con, listing.path, source_id=source.id, listing_started_at=listing_started_at)
                 verdict = guard(
@@ -169,10 +169,6 @@ def reconcile_source(
                     max_delete_fraction=source.reconcile.max_delete_fraction, confirmed=confirm_mass_deletion,
                     examples=cmp.examples, listing_started_at=listing_started_at,
                 )
-                con.execute("COMMIT")
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
     finally:
         listing.remove()
 

@@ -28,6 +28,7 @@ from harvest_pipeline.harvest.window import Window
 from harvest_pipeline.oai.models import ListPage, OAIRecord, ResumptionInfo
 from harvest_pipeline.sources import SourceConfig
 from harvest_pipeline.store import connect as store_connect
+from harvest_pipeline.store import transaction
 from harvest_pipeline.store.history import actions_for_attempt
 from harvest_pipeline.store.merge import MergeCounts, merge_staging
 from harvest_pipeline.store.staging import StagingWindow
@@ -126,17 +127,12 @@ def harvest_selected(
         warnings = list(staging.cursor().warnings)
         staging.close()
         with connect() as con:
-            con.execute("BEGIN TRANSACTION")
-            try:
+            with transaction(con):
                 counts = merge_staging(
                     con, staging.path, source_id=source.id, window_start=window.start, window_end=window.end,
                     run_id=run_id, attempt_id=attempt_id,
                 )
                 actions = actions_for_attempt(con, source.id, attempt_id)
-                con.execute("COMMIT")
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
     finally:
         staging.remove()
     return SelectedReport(

@@ -20,7 +20,7 @@ from harvest_pipeline.harvest.prefetch import prefetch
 from harvest_pipeline.harvest.rows import page_rows
 from harvest_pipeline.sources import SourceConfig
 from harvest_pipeline.store import connect as store_connect
-from harvest_pipeline.store import ledger
+from harvest_pipeline.store import ledger, transaction
 from harvest_pipeline.store.merge import MergeCounts, merge_staging
 from harvest_pipeline.store.staging import StagingWindow, staging_path
 
@@ -186,15 +186,13 @@ def harvest_window(
         overlap = timedelta(seconds=source.overlap_seconds)
         from_param, until_param = (None, None) if full else lister.bounds(window.start - overlap, window.end)
         request_key = _request_key(source, from_param, until_param)
-        with connect() as con:
-            con.execute("BEGIN TRANSACTION")
+        with connect() as con, transaction(con):
             ledger.record_identify(con, source.id, **described)
             known_quirks = ledger.get_quirks(con, source.id)
             ledger.begin_window(
                 con, source_id=source.id, window_start=window.start, window_end=window.end,
                 partition_key=window.key, run_id=run_id, from_param=from_param, until_param=until_param,
             )
-            con.execute("COMMIT")
         if hasattr(lister, "apply_quirks"):
             lister.apply_quirks(known_quirks)
 
@@ -230,8 +228,7 @@ def harvest_window(
         outside = staging.outside_window_count()
         staging.close()
 
-        with connect() as con:
-            con.execute("BEGIN TRANSACTION")
+        with connect() as con, transaction(con):
             counts = merge_staging(
                 con, staging.path, source_id=source.id, window_start=window.start, window_end=window.end,
                 run_id=run_id, attempt_id=cursor.attempt_id,
@@ -265,7 +262,6 @@ def harvest_window(
                 check_cursor="passed" if checks["cursor_closed"].passed else "failed",
                 response_date=cursor.response_date, warnings=warnings, retry_not_before=None,
             )
-            con.execute("COMMIT")
         crashpoint("after-merge")
         staging.remove()
     except BaseException as exc:

@@ -84,6 +84,18 @@ def open_with_retry(path: str | Path, *, read_only: bool = False, wait_seconds: 
 
 
 @contextmanager
+def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
+    """BEGIN, then COMMIT on success or ROLLBACK on any error (the error is re-raised)."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield con
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    con.execute("COMMIT")
+
+
+@contextmanager
 def connect(path: str | Path | None = None, *, read_only: bool = False, wait_seconds: float = 120.0) -> Iterator[duckdb.DuckDBPyConnection]:
     """Open the catalogue (schema ensured when writable), yield, and always close."""
     from harvest_pipeline.store.schema import ensure_schema
