@@ -18,7 +18,7 @@ def register(sub) -> None:
 def cmd_status(args: argparse.Namespace) -> int:
     from harvest_pipeline.sources import load_sources
     from harvest_pipeline.store import connect, default_db_path
-    from harvest_pipeline.store.staging import open_staging_files
+    from harvest_pipeline.store.staging import open_staging_files, window_is_locked
     from harvest_pipeline.store.status import failing_windows, source_summary
 
     sources = load_sources()
@@ -37,7 +37,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         summary["lag_seconds"] = (now - wm).total_seconds() if wm else None
         summary["url"] = s.url
         summary["window"] = s.window
-        summary["open_cursors"] = [p.stem for p in open_staging_files(db_path, s.id)]
+        summary["open_cursors"] = [
+            {"window": p.stem, "state": "running" if window_is_locked(p) else "interrupted"}
+            for p in open_staging_files(db_path, s.id)
+        ]
         summary["failing_windows"] = [{"window": w, "status": st, "error": e} for w, st, e in failing[s.id]]
         out.append(summary)
     if args.json:
@@ -61,7 +64,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         for w in s["failing_windows"]:
             print(f"  ! {w['window']} {w['status']}: {w['error'][:160]}")
         if s["open_cursors"]:
-            print(f"  open cursors (interrupted or running windows): {', '.join(s['open_cursors'])}")
+            listed = ", ".join(f"{c['window']} ({c['state']})" for c in s["open_cursors"])
+            print(f"  open cursors: {listed}  (an interrupted one resumes when its window runs again)")
     return 0
 
 

@@ -9,7 +9,6 @@ the end, which lets windows of different sources harvest at the same time.
 from __future__ import annotations
 
 import fcntl
-import shutil
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -262,10 +261,6 @@ def window_is_locked(staging_file: Path) -> bool:
         except BlockingIOError:
             return True
         return False
-
-
-def purge_staging(db_path: str | Path, source_id: str) -> None:
-    shutil.rmtree(Path(db_path).parent / "staging" / source_id, ignore_errors=True)
 
 
 __all__ = [

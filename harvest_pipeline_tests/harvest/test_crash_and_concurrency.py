@@ -91,3 +91,15 @@ def test_set_names_and_source_ids_cannot_inject(shared_demo, tmp_path):
         assert con.execute("SELECT count(*) FROM records").fetchone()[0] == 0
     with pytest.raises(Exception, match="lowercase"):
         demo_source(shared_demo, id="../../etc")
+
+
+def test_status_tells_an_interrupted_window_from_a_running_one(shared_demo, tmp_path):
+    from harvest_pipeline.store.staging import StagingWindow, open_staging_files, window_is_locked
+
+    db = tmp_path / "h.duckdb"
+    proc = _child(shared_demo.url, db, day_window(2), crashpoint="after-fetch:2")
+    proc.wait(timeout=120)
+    [staging] = open_staging_files(db)
+    assert not window_is_locked(staging)  # the killed run left its cursor, not its lock
+    with StagingWindow(staging):
+        assert window_is_locked(staging)
