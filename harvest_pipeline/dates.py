@@ -1,9 +1,9 @@
 """OAI-PMH datestamps and harvest windows.
 
-OAI-PMH has two granularities (see :mod:`harvest_pipeline.oai.models`): ``YYYY-MM-DD`` and
-``YYYY-MM-DDThh:mm:ssZ``, always UTC, and its ``from``/``until`` arguments are **inclusive**.
-The harvester thinks in half-open UTC windows ``[start, end)``. :func:`window_to_oai_bounds`
-converts one into the other.
+OAI-PMH has two granularities, :data:`GRANULARITY_DAY` (``YYYY-MM-DD``) and
+:data:`GRANULARITY_SECONDS` (``YYYY-MM-DDThh:mm:ssZ``), always UTC, and its ``from``/``until``
+arguments are **inclusive**. The harvester thinks in half-open UTC windows ``[start, end)``.
+:func:`window_to_oai_bounds` converts one into the other.
 
 Every datetime here is tz-aware; naive datetimes are rejected (ValueError) rather than guessed.
 """
@@ -15,10 +15,9 @@ from datetime import date, datetime, time, timedelta, timezone
 from functools import lru_cache
 from typing import NamedTuple
 
-# The granularity constants live in harvest_pipeline.oai.models; they are imported inside the
-# functions because harvest_pipeline.oai (its __init__) imports this module.
-
 __all__ = [
+    "GRANULARITY_DAY",
+    "GRANULARITY_SECONDS",
     "OAIBounds",
     "parse_datestamp",
     "format_datestamp",
@@ -26,6 +25,9 @@ __all__ = [
     "in_window",
     "normalize_granularity",
 ]
+
+GRANULARITY_DAY = "YYYY-MM-DD"
+GRANULARITY_SECONDS = "YYYY-MM-DDThh:mm:ssZ"
 
 UTC = timezone.utc
 _ONE_SECOND = timedelta(seconds=1)
@@ -97,8 +99,6 @@ def normalize_granularity(granularity: str) -> str:
     Tolerates surrounding whitespace and the fractional-seconds form some servers declare
     (``YYYY-MM-DDThh:mm:ss.sZ``), which is treated as seconds.
     """
-    from harvest_pipeline.oai.models import GRANULARITY_DAY, GRANULARITY_SECONDS
-
     g = (granularity or "").strip()
     if g == GRANULARITY_DAY:
         return GRANULARITY_DAY
@@ -129,19 +129,13 @@ def format_datestamp(dt: datetime, granularity: str) -> str:
     UTC date. Naive datetimes raise ValueError.
     """
     u = _as_utc(dt, "datetime")
-    if normalize_granularity(granularity) == _day():
+    if normalize_granularity(granularity) == GRANULARITY_DAY:
         return _fmt_day(u.date())
     return _fmt_seconds(u)
 
 
 def _fmt_seconds(u: datetime) -> str:
     return f"{_fmt_day(u.date())}T{u.hour:02d}:{u.minute:02d}:{u.second:02d}Z"
-
-
-def _day() -> str:
-    from harvest_pipeline.oai.models import GRANULARITY_DAY
-
-    return GRANULARITY_DAY
 
 
 class OAIBounds(NamedTuple):
@@ -175,7 +169,7 @@ def window_to_oai_bounds(start: datetime, end: datetime, granularity: str) -> OA
     Raises ValueError for naive datetimes, ``start >= end``, an unknown granularity, or (seconds
     granularity) a sub-second window that contains no whole second.
     """
-    day = normalize_granularity(granularity) == _day()
+    day = normalize_granularity(granularity) == GRANULARITY_DAY
     s = _as_utc(start, "window start")
     e = _as_utc(end, "window end")
     if s >= e:

@@ -28,7 +28,7 @@ from harvest_pipeline.bench.spec import bench_provider
 
 # (stage, [(path suffix, function name), ...]) -> cumulative seconds (first match that exists wins).
 STAGES = [
-    ("HTTP fetch (request + wait for server + read)", [("oai/client.py", "_get"), ("oai/transport.py", "request")]),
+    ("HTTP fetch (request + wait for server + read)", [("oai/client.py", "_get"), ("http/transport.py", "request")]),
     ("page handed over by the prefetch thread (writer waits)", [("harvest/prefetch.py", "prefetch")]),
     ("XML parse + record extraction (lxml, tostring)", [("oai/parse.py", "parse_list_records")]),
     ("format mapping (formats/, map_record)", [("formats/registry.py", "map_record")]),

@@ -8,7 +8,7 @@
     client.get_record_by_id(["id-1", "id-2"])
     client.list_identifiers()            # every identifier (brief records, paged), for reconciliation
 
-Pages are the same :class:`~harvest_pipeline.oai.models.ListPage` the OAI-PMH client yields,
+Pages are the same :class:`~harvest_pipeline.pages.ListPage` the OAI-PMH client yields,
 so a CSW source goes through the same window pipeline (staging, merge, checks):
 ``next_token`` is ``str(nextRecord)`` (the durable cursor), ``complete_list_size`` is the first
 page's ``numberOfRecordsMatched``. Request building and the window filter: :mod:`.build`;

@@ -27,7 +27,7 @@ Paging (``startPosition`` / ``nextRecord``):
   compares what arrived with what was promised at the start.
 
 All HTTP goes through :meth:`CSWClient._send` (one door, like ``OAIClient._get``) and the shared
-:class:`~harvest_pipeline.oai.transport.Transport` (retries, politeness, size caps).
+:class:`~harvest_pipeline.http.Transport` (retries, politeness, size caps).
 Credentials never appear in URLs or messages.
 """
 
@@ -52,8 +52,8 @@ from harvest_pipeline.csw.parse import (
     to_record,
 )
 from harvest_pipeline.errors import ProtocolError
-from harvest_pipeline.oai.models import ListPage, OAIRecord, ResumptionInfo
-from harvest_pipeline.oai.transport import Transport, TransportEvent, strip_credentials
+from harvest_pipeline.http import Transport, TransportEvent, strip_credentials
+from harvest_pipeline.pages import HarvestedRecord, ListPage, ResumptionInfo
 
 if TYPE_CHECKING:
     from harvest_pipeline.sources.registry import HttpSettings
@@ -115,7 +115,7 @@ class CSWClient:
     with every request (User-Agent defaults to ``user_agent``). ``auth`` is anything requests
     accepts; ``user:password@`` in the URL is moved into it and stripped from the URL.
 
-    Transport: the same :class:`~harvest_pipeline.oai.transport.Transport` as the OAI-PMH client.
+    Transport: the same :class:`~harvest_pipeline.http.Transport` as the OAI-PMH client.
     ``http`` is the source's HttpSettings (retries, backoff, Retry-After cap, per-host politeness,
     response cap; None: one attempt), ``state_dir`` holds the per-host lock files, ``timeout``
     overrides ``http.timeout_seconds``. What the transport had to retry is added to the
@@ -171,7 +171,7 @@ class CSWClient:
 
         Returns (url, body bytes). The transport retries what is worth retrying and raises
         TransportError, HTTPStatusError (non-2xx), ResponseTooLarge or DeferredError (see
-        :mod:`harvest_pipeline.oai.transport`). An ows:ExceptionReport answered with HTTP 200
+        :mod:`harvest_pipeline.http`). An ows:ExceptionReport answered with HTTP 200
         (the CSW 2.0.2 / OWS 1.0 custom) is raised by the parsers as CSWException.
         """
         if method == "GET":
@@ -216,7 +216,7 @@ class CSWClient:
             constraint=constraint, page_size=page_size, start_position=start_position, sort_by=sort_by,
         ))
 
-    def get_records(self, **kw) -> Iterator[OAIRecord]:
+    def get_records(self, **kw) -> Iterator[HarvestedRecord]:
         """GetRecords flattened into records (same arguments as :meth:`get_records_pages`)."""
         for page in self.get_records_pages(**kw):
             yield from page.records
@@ -232,7 +232,7 @@ class CSWClient:
         env, _ = parse_search_results(content, url)
         return env.matched
 
-    def get_record_by_id(self, ids, output_schema: str = CSW_NS, element_set: str = "full") -> list[OAIRecord]:
+    def get_record_by_id(self, ids, output_schema: str = CSW_NS, element_set: str = "full") -> list[HarvestedRecord]:
         """GetRecordById (KVP GET); unknown ids are simply absent from the answer."""
         ids = [ids] if isinstance(ids, str) else list(ids)
         if not ids:

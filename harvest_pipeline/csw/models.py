@@ -1,7 +1,7 @@
 """Plain data shapes of the CSW client (no behaviour beyond small lookups, no Dagster).
 
-Records and pages reuse the OAI-PMH shapes (:class:`~harvest_pipeline.oai.models.OAIRecord`,
-:class:`~harvest_pipeline.oai.models.ListPage`) so the window pipeline stays protocol-agnostic.
+Records and pages reuse the OAI-PMH shapes (:class:`~harvest_pipeline.pages.HarvestedRecord`,
+:class:`~harvest_pipeline.pages.ListPage`) so the window pipeline stays protocol-agnostic.
 """
 
 from __future__ import annotations

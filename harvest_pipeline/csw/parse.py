@@ -5,7 +5,7 @@ An ``ows:ExceptionReport`` (OWS 1.0 or 1.1 namespace) raises :class:`CSWExceptio
 :class:`~harvest_pipeline.errors.ProtocolError` carrying ``exceptionCode``, ``locator``, the
 exception text and the URL.
 
-Records become :class:`~harvest_pipeline.oai.models.OAIRecord`\\ s:
+Records become :class:`~harvest_pipeline.pages.HarvestedRecord`\\ s:
 
 * identifier: ``dc:identifier`` (csw:Record / SummaryRecord / BriefRecord), else
   ``gmd:fileIdentifier`` (gmd:MD_Metadata, gmi:MI_Metadata);
@@ -28,7 +28,7 @@ from harvest_pipeline.csw.build import CSW_NS, DC_NS, DCT_NS, GCO_NS, GMD_NS, GM
 from harvest_pipeline.csw.models import CswCapabilities, CswOperation, SearchResults
 from harvest_pipeline.dates import parse_datestamp
 from harvest_pipeline.errors import ProtocolError
-from harvest_pipeline.oai.models import OAIRecord
+from harvest_pipeline.pages import HarvestedRecord
 from harvest_pipeline.xmlsafe import parse_xml
 
 __all__ = [
@@ -319,8 +319,8 @@ def parse_modified(raw: str | None) -> datetime | None:
     return None
 
 
-def to_record(el: etree._Element, warnings: list[str], position: int) -> OAIRecord | None:
-    """One record element as an OAIRecord; None (and a warning) when it has no identifier."""
+def to_record(el: etree._Element, warnings: list[str], position: int) -> HarvestedRecord | None:
+    """One record element as an HarvestedRecord; None (and a warning) when it has no identifier."""
     identifier = record_identifier(el)
     if not identifier:
         warnings.append(f"record at position {position} ({_local(el.tag)}) has no identifier; skipped")
@@ -329,7 +329,7 @@ def to_record(el: etree._Element, warnings: list[str], position: int) -> OAIReco
     parsed = parse_modified(raw)
     if raw and parsed is None:
         warnings.append(f"record {identifier}: unreadable modification date {raw!r}")
-    return OAIRecord(
+    return HarvestedRecord(
         identifier=identifier,
         datestamp=raw or "",
         datestamp_utc=parsed,

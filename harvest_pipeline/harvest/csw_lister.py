@@ -19,9 +19,10 @@ from typing import Iterator
 
 from harvest_pipeline.csw import CswCapabilities, CSWClient, WindowConstraint
 from harvest_pipeline.csw.build import build_get_records, format_instant
+from harvest_pipeline.dates import GRANULARITY_SECONDS
 from harvest_pipeline.errors import ConfigError, IdDoesNotExist, ProtocolError
 from harvest_pipeline.harvest.listers import transport_kwargs
-from harvest_pipeline.oai.models import GRANULARITY_SECONDS, ListPage, OAIRecord
+from harvest_pipeline.pages import HarvestedRecord, ListPage
 from harvest_pipeline.sources import SourceConfig
 from harvest_pipeline.sources.registry import CswSettings
 
@@ -130,7 +131,7 @@ class CswLister:
             **args, page_size=self.page_size(), start_position=start_position, sort_by=s.modified_queryable,
         )
 
-    def get_record(self, identifier: str) -> OAIRecord:
+    def get_record(self, identifier: str) -> HarvestedRecord:
         """One record by identifier (GetRecordById, full, the source's outputSchema).
 
         IdDoesNotExist when the catalogue does not hold it (for re-harvests by identifier).

@@ -14,7 +14,7 @@ from typing import Iterator, Protocol
 from harvest_pipeline.dates import window_to_oai_bounds
 from harvest_pipeline.errors import OAIError
 from harvest_pipeline.oai.client import QUIRK_CONTINUATION_NEEDS_ARGUMENTS, OAIClient
-from harvest_pipeline.oai.models import ListPage
+from harvest_pipeline.pages import ListPage
 from harvest_pipeline.sources import SourceConfig
 
 

@@ -8,7 +8,7 @@ from datetime import datetime
 import pyarrow as pa
 
 from harvest_pipeline.formats import map_record
-from harvest_pipeline.oai.models import ListPage
+from harvest_pipeline.pages import ListPage
 from harvest_pipeline.store.staging import PAGE_COLUMNS, PAGE_SCHEMA
 
 _NORMALIZED = [

@@ -25,7 +25,7 @@ from harvest_pipeline.errors import ConfigError, HarvestError, IdDoesNotExist
 from harvest_pipeline.harvest.listers import Lister, lister_for
 from harvest_pipeline.harvest.rows import page_rows
 from harvest_pipeline.harvest.window import Window
-from harvest_pipeline.oai.models import ListPage, OAIRecord, ResumptionInfo
+from harvest_pipeline.pages import HarvestedRecord, ListPage, ResumptionInfo
 from harvest_pipeline.sources import SourceConfig
 from harvest_pipeline.store import connect as store_connect
 from harvest_pipeline.store import transaction
@@ -63,7 +63,7 @@ def selected_window(now: datetime | None = None) -> Window:
     return Window(now, now, f"selected-{now:%Y-%m-%dT%H:%M:%SZ}")
 
 
-def _getter(lister: Lister, source: SourceConfig) -> Callable[[str], OAIRecord]:
+def _getter(lister: Lister, source: SourceConfig) -> Callable[[str], HarvestedRecord]:
     if hasattr(lister, "get_record"):
         return lister.get_record
     client = getattr(lister, "client", None)
@@ -109,7 +109,7 @@ def harvest_selected(
             lister = lister or lister_for(source, state_dir=Path(db_path).parent / "hosts")
             get = _getter(lister, source)
             not_found: list[str] = []
-            batch: list[OAIRecord] = []
+            batch: list[HarvestedRecord] = []
             page_number = 0
             for n, identifier in enumerate(requested, 1):
                 try:
@@ -141,7 +141,7 @@ def harvest_selected(
     )
 
 
-def _stage(staging: StagingWindow, source: SourceConfig, window: Window, records: list[OAIRecord], page_number: int) -> None:
+def _stage(staging: StagingWindow, source: SourceConfig, window: Window, records: list[HarvestedRecord], page_number: int) -> None:
     page = ListPage(
         url=source.url, params={"verb": "GetRecord"}, response_date=None, records=records,
         resumption=ResumptionInfo(token=None, present=False), page_number=page_number,

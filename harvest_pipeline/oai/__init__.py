@@ -1,16 +1,7 @@
 """OAI-PMH 2.0 protocol core: data shapes, response parsing and a client (no Dagster)."""
 
-from harvest_pipeline.oai.client import DEFAULT_USER_AGENT, OAIClient, strip_credentials
-from harvest_pipeline.oai.models import (
-    GRANULARITY_DAY,
-    GRANULARITY_SECONDS,
-    IdentifyInfo,
-    ListPage,
-    MetadataFormat,
-    OAIRecord,
-    OAISet,
-    ResumptionInfo,
-)
+from harvest_pipeline.oai.client import DEFAULT_USER_AGENT, OAIClient
+from harvest_pipeline.oai.models import IdentifyInfo, MetadataFormat, OAISet
 from harvest_pipeline.oai.parse import (
     OAI_NS,
     parse_get_record,
@@ -25,16 +16,11 @@ from harvest_pipeline.oai.parse import (
 
 __all__ = [
     "DEFAULT_USER_AGENT",
-    "GRANULARITY_DAY",
-    "GRANULARITY_SECONDS",
     "OAI_NS",
     "IdentifyInfo",
-    "ListPage",
     "MetadataFormat",
     "OAIClient",
-    "OAIRecord",
     "OAISet",
-    "ResumptionInfo",
     "parse_get_record",
     "parse_identify",
     "parse_list_identifiers",
@@ -43,5 +29,4 @@ __all__ = [
     "parse_list_sets",
     "parse_resumption_token",
     "raise_for_oai_errors",
-    "strip_credentials",
 ]

@@ -30,13 +30,8 @@ import requests
 from requests.models import PreparedRequest
 
 from harvest_pipeline.errors import OAIError, ProtocolError
-from harvest_pipeline.oai.models import (
-    IdentifyInfo,
-    ListPage,
-    MetadataFormat,
-    OAIRecord,
-    OAISet,
-)
+from harvest_pipeline.http import Transport, TransportEvent, TransportResponse, strip_credentials
+from harvest_pipeline.oai.models import IdentifyInfo, MetadataFormat, OAISet
 from harvest_pipeline.oai.parse import (
     parse_get_record,
     parse_identify,
@@ -45,12 +40,12 @@ from harvest_pipeline.oai.parse import (
     parse_list_records,
     parse_list_sets,
 )
-from harvest_pipeline.oai.transport import Transport, TransportEvent, TransportResponse, strip_credentials
+from harvest_pipeline.pages import HarvestedRecord, ListPage
 
 if TYPE_CHECKING:
     from harvest_pipeline.sources.registry import HttpSettings
 
-__all__ = ["OAIClient", "DEFAULT_USER_AGENT", "strip_credentials"]
+__all__ = ["OAIClient", "DEFAULT_USER_AGENT"]
 
 DEFAULT_USER_AGENT = "harvest_pipeline/0.1 (+OAI-PMH harvester)"
 
@@ -65,13 +60,13 @@ class OAIClient:
     ``auth`` is anything requests accepts. ``method`` is "GET" (default) or "POST" (arguments
     form-encoded in the body, as OAI-PMH allows).
 
-    Transport (:mod:`harvest_pipeline.oai.transport`): ``http`` is the source's
+    Transport (:mod:`harvest_pipeline.http`): ``http`` is the source's
     :class:`~harvest_pipeline.sources.registry.HttpSettings` (retries, backoff, Retry-After cap,
     per-host politeness, response cap); None means one attempt with the default limits.
     ``state_dir`` holds the per-host lock files shared by every harvesting process (None:
     in-process locks). ``timeout`` overrides ``http.timeout_seconds``; ``max_body_bytes`` lowers
     the decompressed-size cap. ``on_event`` receives every
-    :class:`~harvest_pipeline.oai.transport.TransportEvent` (retries, recoveries, give-ups);
+    :class:`~harvest_pipeline.http.TransportEvent` (retries, recoveries, give-ups);
     ``client.transport.drain_warnings()`` returns them as warning lines.
     """
 
@@ -135,7 +130,7 @@ class OAIClient:
     def _get(self, params: Mapping[str, str]) -> tuple[str, bytes, TransportResponse]:
         """Send one OAI-PMH request through the transport; return (url, body bytes, response).
 
-        The transport retries what is worth retrying (see :mod:`harvest_pipeline.oai.transport`)
+        The transport retries what is worth retrying (see :mod:`harvest_pipeline.http`)
         and then raises TransportError (connection failures, timeouts, truncated or empty
         bodies), HTTPStatusError (a TransportError with ``status_code`` and ``retry_after``),
         ResponseTooLarge, or DeferredError (Retry-After beyond the cap). The body is decoded
@@ -219,7 +214,7 @@ class OAIClient:
         until: str | None = None,
         set_: str | None = None,
         resumption_token: str | None = None,
-    ) -> Iterator[OAIRecord]:
+    ) -> Iterator[HarvestedRecord]:
         """ListRecords flattened into records."""
         for page in self.list_records_pages(
             metadata_prefix, from_=from_, until=until, set_=set_,
@@ -250,7 +245,7 @@ class OAIClient:
         until: str | None = None,
         set_: str | None = None,
         resumption_token: str | None = None,
-    ) -> Iterator[OAIRecord]:
+    ) -> Iterator[HarvestedRecord]:
         """ListIdentifiers flattened into header-only records."""
         for page in self.list_identifiers_pages(
             metadata_prefix, from_=from_, until=until, set_=set_,
@@ -258,7 +253,7 @@ class OAIClient:
         ):
             yield from page.records
 
-    def get_record(self, identifier: str, metadata_prefix: str) -> OAIRecord:
+    def get_record(self, identifier: str, metadata_prefix: str) -> HarvestedRecord:
         """GetRecord. idDoesNotExist raises IdDoesNotExist."""
         url, content, _ = self._get(
             {"verb": "GetRecord", "identifier": identifier, "metadataPrefix": metadata_prefix}

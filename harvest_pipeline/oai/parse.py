@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 from lxml import etree
 
-from harvest_pipeline.dates import normalize_granularity, parse_datestamp
+from harvest_pipeline.dates import GRANULARITY_DAY, normalize_granularity, parse_datestamp
 from harvest_pipeline.errors import (
     BadResumptionToken,
     IdDoesNotExist,
@@ -31,16 +31,8 @@ from harvest_pipeline.errors import (
     OAIError,
     ProtocolError,
 )
-from harvest_pipeline.oai.models import (
-    GRANULARITY_DAY,
-    IdentifyInfo,
-    ListPage,
-    MetadataFormat,
-    OAIRecord,
-    OAISet,
-    QuarantinedRecord,
-    ResumptionInfo,
-)
+from harvest_pipeline.oai.models import IdentifyInfo, MetadataFormat, OAISet
+from harvest_pipeline.pages import HarvestedRecord, ListPage, QuarantinedRecord, ResumptionInfo
 from harvest_pipeline.xmlrepair import repair, split_records, wrap_record
 from harvest_pipeline.xmlsafe import parse_xml
 
@@ -278,14 +270,14 @@ def _utc(identifier: str, datestamp: str, warnings: list[str]):
 def _read_records(body, T, append, warnings: list[str], counters: list[int]):
     """The hot loop of ListRecords (inlined on purpose: it runs once per record).
 
-    Appends an OAIRecord per usable <record> and returns the <resumptionToken> element (or
+    Appends an HarvestedRecord per usable <record> and returns the <resumptionToken> element (or
     None). Also used for GetRecord.
     """
     t_rec, t_tok, t_h, t_m = T.record, T.resumptionToken, T.header, T.metadata
     t_id, t_ds, t_ss = T.identifier, T.datestamp, T.setSpec
     tostring = etree.tostring
     parse_ds = parse_datestamp
-    Record = OAIRecord
+    Record = HarvestedRecord
     tok_el = None
     for rec in body:
         tag = rec.tag
@@ -408,7 +400,7 @@ def _list_page(
     warnings = r.warnings
     T = r.T
     body = r.body
-    records: list[OAIRecord] = []
+    records: list[HarvestedRecord] = []
     append = records.append
     counters = [0, 0]
     t_tok = T.resumptionToken
@@ -426,7 +418,7 @@ def _list_page(
                 if h is not None:
                     identifier, datestamp, specs, deleted = h
                     append(
-                        OAIRecord(
+                        HarvestedRecord(
                             identifier=identifier,
                             datestamp=datestamp,
                             datestamp_utc=_utc(identifier, datestamp, warnings),
@@ -525,13 +517,13 @@ def parse_list_identifiers(
 
 def parse_get_record(
     content: bytes, url: str | None = None, *, warnings: list[str] | None = None
-) -> OAIRecord:
+) -> HarvestedRecord:
     """Parse a GetRecord response. idDoesNotExist raises IdDoesNotExist."""
     w = warnings if warnings is not None else []
     r = _open(content, url, "GetRecord")
     w.extend(r.warnings)
     counters = [0, 0]
-    records: list[OAIRecord] = []
+    records: list[HarvestedRecord] = []
     _read_records(r.body, r.T, records.append, w, counters)
     _finish_counters(counters, w)
     if not records:

@@ -8,15 +8,15 @@ from lxml import etree
 from harvest_pipeline.errors import ProtocolError
 from harvest_pipeline.harvest.rows import page_rows
 from harvest_pipeline.harvest.window import _Guards
-from harvest_pipeline.oai.models import ListPage, OAIRecord, ResumptionInfo
+from harvest_pipeline.pages import HarvestedRecord, ListPage, ResumptionInfo
 
 T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
 
 
 def _page(ids, token, *, cursor=None, size=None, n=1, metadata=None):
     records = [
-        OAIRecord(i, "2026-11-01T01:00:00Z", T0.replace(hour=1), ("s",), False,
-                  etree.tostring(metadata).decode() if metadata is not None else None, metadata)
+        HarvestedRecord(i, "2026-11-01T01:00:00Z", T0.replace(hour=1), ("s",), False,
+                        etree.tostring(metadata).decode() if metadata is not None else None, metadata)
         for i in ids
     ]
     return ListPage("http://x/oai", {}, None, records, ResumptionInfo(token, size, cursor), n)

@@ -16,7 +16,8 @@ from harvest_pipeline.errors import (
     TransportError,
     XMLSecurityError,
 )
-from harvest_pipeline.oai import GRANULARITY_DAY, OAIClient
+from harvest_pipeline.dates import GRANULARITY_DAY
+from harvest_pipeline.oai import OAIClient
 
 from .canned import (
     BASE,

@@ -16,10 +16,8 @@ from harvest_pipeline.errors import (
     ProtocolError,
     XMLSecurityError,
 )
+from harvest_pipeline.dates import GRANULARITY_DAY, GRANULARITY_SECONDS
 from harvest_pipeline.oai import (
-    GRANULARITY_DAY,
-    GRANULARITY_SECONDS,
-    ResumptionInfo,
     parse_get_record,
     parse_identify,
     parse_list_identifiers,
@@ -27,6 +25,7 @@ from harvest_pipeline.oai import (
     parse_list_records,
     parse_list_sets,
 )
+from harvest_pipeline.pages import ResumptionInfo
 
 from .canned import (
     BASE,

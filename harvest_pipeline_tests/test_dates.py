@@ -7,6 +7,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from harvest_pipeline.dates import (
+    GRANULARITY_DAY,
+    GRANULARITY_SECONDS,
     OAIBounds,
     format_datestamp,
     in_window,
@@ -14,7 +16,6 @@ from harvest_pipeline.dates import (
     parse_datestamp,
     window_to_oai_bounds,
 )
-from harvest_pipeline.oai.models import GRANULARITY_DAY, GRANULARITY_SECONDS
 
 UTC = timezone.utc
 

@@ -1,4 +1,4 @@
-"""The transport under OAIClient: retries, Retry-After, politeness, caps, gzip, redaction.
+"""The transport under the protocol clients: retries, Retry-After, politeness, caps, gzip, redaction.
 
 Real HTTP over 127.0.0.1: the demo provider's fault modes (a subprocess), or a small recording
 server in this file for what the demo cannot express (server-side concurrency and arrival
@@ -31,16 +31,10 @@ from harvest_pipeline.errors import (
     ResponseTooLarge,
     TransportError,
 )
+from harvest_pipeline.http import Transport, host_key, parse_retry_after, redact_url
 from harvest_pipeline.oai import OAIClient
-from harvest_pipeline.oai.transport import (
-    Transport,
-    host_key,
-    parse_retry_after,
-    redact_url,
-)
 from harvest_pipeline.sources.registry import HttpSettings
-
-from .test_parse import identify_xml
+from harvest_pipeline_tests.oai.test_parse import identify_xml
 
 pytestmark = pytest.mark.integration
 
@@ -322,7 +316,7 @@ def test_parse_retry_after():
 
 CHILD = textwrap.dedent("""
     import sys
-    from harvest_pipeline.oai.transport import Transport
+    from harvest_pipeline.http import Transport
     from harvest_pipeline.sources.registry import HttpSettings
     url, state, n, conc, interval = sys.argv[1:6]
     t = Transport(HttpSettings(max_retries=0, max_concurrent_requests=int(conc),
