@@ -93,7 +93,8 @@ def _write_page(staging, rows: pa.Table, token: str | None) -> None:
 
 
 def build_staging(path: Path, lo: int, hi: int, *, version: int) -> Path:
-    from harvest_pipeline.store.staging import PAGE_SCHEMA, StagingWindow
+    from harvest_pipeline.store.columns import PAGE_SCHEMA
+    from harvest_pipeline.store.staging import StagingWindow
 
     st = StagingWindow(path)
     try:

@@ -9,11 +9,6 @@ from datetime import datetime, timedelta
 
 from harvest_pipeline.cli.common import json_default
 
-_FIELDS = [
-    "format_name", "title", "creators", "subjects", "description", "date", "type", "language", "identifiers",
-    "doi", "url", "rights", "bbox_west", "bbox_south", "bbox_east", "bbox_north", "mapping_error",
-]
-
 
 def register(sub) -> None:
     s = sub.add_parser("show", help="a record's current state and its history, oldest first")
@@ -62,6 +57,7 @@ def _text(value) -> str:
 
 def cmd_show(args: argparse.Namespace) -> int:
     from harvest_pipeline.store import connect, default_db_path
+    from harvest_pipeline.store.columns import DESCRIPTIVE_COLUMNS
     from harvest_pipeline.store.history import record_history, record_state
 
     db_path = default_db_path()
@@ -96,7 +92,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"  sets          {_text(record['set_specs'])}")
         print(f"  prefix        {record['metadata_prefix'] or '-'}")
         if not record["deleted"]:
-            for f in _FIELDS:
+            for f in DESCRIPTIVE_COLUMNS:
                 if record.get(f) not in (None, [], ""):
                     print(f"  {f:<13} {_text(record[f])[:200]}")
         w = record["written_by"]

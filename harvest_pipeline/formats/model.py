@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# The exact keys of NormalizedRecord.to_row(), in column order. The store builds its table from
-# this, so changing it is a schema change.
+# The exact keys of NormalizedRecord.to_row(). The store stores every key but `dates` (columns
+# declared with normalized=True in harvest_pipeline/store/columns.py): a new key needs a column
+# there, and a migration.
 ROW_KEYS: tuple[str, ...] = (
     "title",
     "creators",

@@ -1,4 +1,4 @@
-"""Turning one page of OAI-PMH records into the columnar rows the staging table stores."""
+"""Turning one page of records into the columnar rows the staging table stores."""
 
 from __future__ import annotations
 
@@ -9,12 +9,7 @@ import pyarrow as pa
 
 from harvest_pipeline.formats import map_record
 from harvest_pipeline.pages import ListPage
-from harvest_pipeline.store.staging import PAGE_COLUMNS, PAGE_SCHEMA
-
-_NORMALIZED = [
-    "format_name", "title", "creators", "subjects", "description", "date", "type", "language",
-    "identifiers", "doi", "url", "rights", "bbox_west", "bbox_south", "bbox_east", "bbox_north",
-]
+from harvest_pipeline.store.columns import NORMALIZED_COLUMNS, PAGE_COLUMNS, PAGE_SCHEMA
 
 
 def content_hash(metadata_xml: str | None, set_specs: tuple[str, ...], deleted: bool) -> str:
@@ -64,7 +59,7 @@ def page_rows(
             except Exception as exc:  # a record we cannot map is kept raw, never drops the window
                 error = f"{type(exc).__name__}: {exc}"
                 quarantined.append((page.page_number, rec.identifier, "map", error, (rec.metadata_xml or "").encode()))
-        for c in _NORMALIZED:
+        for c in NORMALIZED_COLUMNS:
             cols[c].append(normalized.get(c))
         cols["mapping_error"].append(error)
     return pa.table(cols, schema=PAGE_SCHEMA), quarantined

@@ -15,13 +15,8 @@ from typing import Any
 import duckdb
 
 from harvest_pipeline.store.clock import utcnow
+from harvest_pipeline.store.columns import CATALOG_COLUMNS
 
-CATALOG_COLUMNS = [
-    "source_id", "identifier", "datestamp", "datestamp_raw", "set_specs", "metadata_prefix", "format_name",
-    "title", "creators", "subjects", "description", "date", "type", "language", "identifiers", "doi", "url",
-    "rights", "bbox_west", "bbox_south", "bbox_east", "bbox_north", "mapping_error", "first_seen_at",
-    "written_at", "written_by_run", "window_start", "window_end",
-]
 STATS_COLUMNS = ["source_id", "live", "deleted", "quarantined", "last_change", "refreshed_at"]
 
 

@@ -6,12 +6,8 @@ from typing import Any
 
 import duckdb
 
-_RECORD_COLUMNS = [
-    "source_id", "identifier", "datestamp", "datestamp_raw", "deleted", "set_specs", "metadata_prefix",
-    "content_hash", "format_name", "title", "creators", "subjects", "description", "date", "type",
-    "language", "identifiers", "doi", "url", "rights", "bbox_west", "bbox_south", "bbox_east", "bbox_north",
-    "mapping_error", "first_seen_at", "written_at", "written_by_run", "window_start", "window_end",
-]
+from harvest_pipeline.store.columns import STATE_COLUMNS
+
 _HISTORY_COLUMNS = [
     "received_at", "action", "datestamp", "deleted", "content_hash", "window_start", "window_end",
     "run_id", "attempt_id", "page_number",
@@ -28,7 +24,7 @@ def record_state(con: duckdb.DuckDBPyConnection, source_id: str, identifier: str
     rows = _dicts(
         con.execute(
             f"""
-            SELECT {', '.join('r.' + c for c in _RECORD_COLUMNS)}, w.partition_key AS window_name
+            SELECT {', '.join('r.' + c for c in STATE_COLUMNS)}, w.partition_key AS window_name
             FROM records r
             LEFT JOIN harvest_windows w ON w.source_id = r.source_id AND w.window_start = r.window_start
                 AND w.window_end IS NOT DISTINCT FROM r.window_end

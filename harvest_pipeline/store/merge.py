@@ -14,17 +14,10 @@ from pathlib import Path
 import duckdb
 
 from harvest_pipeline.store.clock import utcnow
+from harvest_pipeline.store.columns import DROPPED_BY_TOMBSTONE, VALUE_COLUMNS
 
 _ACTIONS = ("created", "updated", "unchanged", "deleted", "revived", "restored", "stale")
 
-_RECORD_VALUE_COLUMNS = [
-    "datestamp", "datestamp_raw", "deleted", "set_specs", "metadata_prefix", "metadata_xml",
-    "content_hash", "format_name", "title", "creators", "subjects", "description", "date", "type",
-    "language", "identifiers", "doi", "url", "rights", "bbox_west", "bbox_south", "bbox_east",
-    "bbox_north", "mapping_error",
-]
-# Normalized fields a tombstone drops together with its metadata.
-_DROPPED_BY_TOMBSTONE = set(_RECORD_VALUE_COLUMNS) - {"datestamp", "datestamp_raw", "deleted", "set_specs", "metadata_prefix", "content_hash"}
 
 
 @dataclass(frozen=True)
@@ -49,7 +42,7 @@ class MergeCounts:
 
 def _stored_value(column: str, alias: str) -> str:
     """The SQL for what `records.<column>` gets from an incoming row (tombstones drop metadata)."""
-    if column in _DROPPED_BY_TOMBSTONE:
+    if column in DROPPED_BY_TOMBSTONE:
         return f"CASE WHEN {alias}deleted THEN NULL ELSE {alias}{column} END"
     return f"{alias}{column}"
 
@@ -125,8 +118,8 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     # The harvest always wins: a row edited by hand since (same version, different columns) is
     # rewritten and classed 'restored'. Rows are compared by a fingerprint computed on each side
     # before the join, so the join never carries the wide columns (raw XML) of a large catalogue.
-    incoming_fp = _fingerprint({c: _stored_value(c, "p.") for c in _RECORD_VALUE_COLUMNS})
-    stored_fp = _fingerprint({c: c for c in _RECORD_VALUE_COLUMNS})
+    incoming_fp = _fingerprint({c: _stored_value(c, "p.") for c in VALUE_COLUMNS})
+    stored_fp = _fingerprint({c: c for c in VALUE_COLUMNS})
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE classified AS
@@ -162,18 +155,18 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
         JOIN classified c ON c.identifier = i.identifier AND c.page_number = i.page_number AND c.seq = i.seq
         WHERE c.action IN ('created', 'updated', 'deleted', 'revived', 'restored')
     """
-    values = ", ".join(_stored_value(c, "i.") for c in _RECORD_VALUE_COLUMNS)
+    values = ", ".join(_stored_value(c, "i.") for c in VALUE_COLUMNS)
     con.execute(
         f"""
-        INSERT INTO records (source_id, identifier, {', '.join(_RECORD_VALUE_COLUMNS)},
+        INSERT INTO records (source_id, identifier, {', '.join(VALUE_COLUMNS)},
                              first_seen_at, written_at, written_by_run, window_start, window_end)
         SELECT ?, i.identifier, {values}, ?, ?, ?, ?, ?
         {changed} AND NOT c.existed
         """,
         [source_id, now, now, run_id, window_start, window_end],
     )
-    aliased = ", ".join(f"{_stored_value(c, 'i.')} AS {c}" for c in _RECORD_VALUE_COLUMNS)
-    assignments = ", ".join(f"{c} = u.{c}" for c in _RECORD_VALUE_COLUMNS)
+    aliased = ", ".join(f"{_stored_value(c, 'i.')} AS {c}" for c in VALUE_COLUMNS)
+    assignments = ", ".join(f"{c} = u.{c}" for c in VALUE_COLUMNS)
     con.execute(
         f"""
         UPDATE records SET {assignments},

@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from harvest_pipeline.errors import StoreLockedError
 from harvest_pipeline.store.clock import to_naive_utc, utcnow
+from harvest_pipeline.store.columns import DROPPED_BY_TOMBSTONE
 from harvest_pipeline.store.connection import open_with_retry, remove_database_file
 
 # record_history.attempt_id of a reconciliation's tombstones: 'reconcile:<run_id>'.
@@ -27,14 +28,6 @@ BLOCKED = "blocked"  # the mass-deletion guard refused; nothing was deleted
 INCOMPLETE = "incomplete"  # the listing came back shorter than its completeListSize; nothing deleted
 
 _IDENTIFIER_SCHEMA = pa.schema([("identifier", pa.string()), ("deleted", pa.bool_())])
-
-# Columns a tombstone keeps; every other value column is dropped, as the merge does.
-_KEPT_BY_TOMBSTONE = ("datestamp", "datestamp_raw", "set_specs", "metadata_prefix")
-_DROPPED_BY_TOMBSTONE = (
-    "metadata_xml", "format_name", "title", "creators", "subjects", "description", "date", "type",
-    "language", "identifiers", "doi", "url", "rights", "bbox_west", "bbox_south", "bbox_east",
-    "bbox_north", "mapping_error",
-)
 
 
 def listing_path(db_path: str | Path, source_id: str) -> Path:
@@ -144,7 +137,7 @@ def tombstone_missing(
     now = utcnow()
     con.create_function("reconcile_tombstone_hash", tombstone_hash, ["VARCHAR[]"], "VARCHAR", null_handling="special")
     try:
-        dropped = ", ".join(f"{c} = NULL" for c in _DROPPED_BY_TOMBSTONE)
+        dropped = ", ".join(f"{c} = NULL" for c in DROPPED_BY_TOMBSTONE)
         con.execute(
             f"""
             UPDATE records SET deleted = true, {dropped},

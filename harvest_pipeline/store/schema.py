@@ -1,7 +1,9 @@
 """The catalogue's tables, created or migrated on first use.
 
 Migrations are numbered and append-only: add a new entry to MIGRATIONS, never edit an old one.
-All timestamps are UTC, stored as TIMESTAMP (naive).
+The `records` table comes from its one declaration, :mod:`harvest_pipeline.store.columns`
+(migration 1 creates the columns declared with ``added_in=1``; a later migration adds its own
+with ``add_record_columns_sql(n)``). All timestamps are UTC, stored as TIMESTAMP (naive).
 """
 
 from __future__ import annotations
@@ -11,46 +13,13 @@ import threading
 import duckdb
 
 from harvest_pipeline.store.clock import utcnow
+from harvest_pipeline.store.columns import create_records_sql
 
 MIGRATIONS: list[tuple[int, str]] = [
     (
         1,
-        """
-        CREATE TABLE records (
-            source_id         VARCHAR NOT NULL,
-            identifier        VARCHAR NOT NULL,
-            datestamp         TIMESTAMP,           -- the server's datestamp, parsed to UTC
-            datestamp_raw     VARCHAR,             -- as the server wrote it
-            deleted           BOOLEAN NOT NULL,
-            set_specs         VARCHAR[],
-            metadata_prefix   VARCHAR,
-            metadata_xml      VARCHAR,             -- raw metadata; NULL for tombstones
-            content_hash      VARCHAR,
-            format_name       VARCHAR,
-            title             VARCHAR,
-            creators          VARCHAR[],
-            subjects          VARCHAR[],
-            description       VARCHAR,
-            date              VARCHAR,
-            type              VARCHAR,
-            language          VARCHAR,
-            identifiers       VARCHAR[],
-            doi               VARCHAR,
-            url               VARCHAR,
-            rights            VARCHAR[],
-            bbox_west         DOUBLE,
-            bbox_south        DOUBLE,
-            bbox_east         DOUBLE,
-            bbox_north        DOUBLE,
-            mapping_error     VARCHAR,
-            first_seen_at     TIMESTAMP NOT NULL,
-            written_at        TIMESTAMP NOT NULL,  -- when a harvest last changed this row
-            written_by_run    VARCHAR,
-            window_start      TIMESTAMP,           -- the window whose harvest last changed it
-            window_end        TIMESTAMP,
-            PRIMARY KEY (source_id, identifier)
-        );
-
+        create_records_sql()
+        + """
         CREATE TABLE record_history (
             source_id     VARCHAR NOT NULL,
             identifier    VARCHAR NOT NULL,

@@ -19,52 +19,10 @@ import pyarrow as pa
 from harvest_pipeline.crashpoints import crashpoint
 from harvest_pipeline.errors import StoreLockedError
 from harvest_pipeline.store.clock import utcnow
+from harvest_pipeline.store.columns import PAGE_COLUMNS, create_page_records_sql
 from harvest_pipeline.store.connection import open_with_retry, remove_database_file
 
-# Columns a page contributes, in storage order, with their Arrow types.
-PAGE_SCHEMA = pa.schema(
-    [
-        ("page_number", pa.int32()),
-        ("seq", pa.int32()),
-        ("identifier", pa.string()),
-        ("datestamp", pa.timestamp("us")),
-        ("datestamp_raw", pa.string()),
-        ("deleted", pa.bool_()),
-        ("in_window", pa.bool_()),
-        ("set_specs", pa.list_(pa.string())),
-        ("metadata_prefix", pa.string()),
-        ("metadata_xml", pa.string()),
-        ("content_hash", pa.string()),
-        ("format_name", pa.string()),
-        ("title", pa.string()),
-        ("creators", pa.list_(pa.string())),
-        ("subjects", pa.list_(pa.string())),
-        ("description", pa.string()),
-        ("date", pa.string()),
-        ("type", pa.string()),
-        ("language", pa.string()),
-        ("identifiers", pa.list_(pa.string())),
-        ("doi", pa.string()),
-        ("url", pa.string()),
-        ("rights", pa.list_(pa.string())),
-        ("bbox_west", pa.float64()),
-        ("bbox_south", pa.float64()),
-        ("bbox_east", pa.float64()),
-        ("bbox_north", pa.float64()),
-        ("mapping_error", pa.string()),
-    ]
-)
-PAGE_COLUMNS = [f.name for f in PAGE_SCHEMA]
-
-_DDL = """
-CREATE TABLE IF NOT EXISTS page_records (
-    page_number INTEGER, seq INTEGER, identifier VARCHAR, datestamp TIMESTAMP, datestamp_raw VARCHAR,
-    deleted BOOLEAN, in_window BOOLEAN, set_specs VARCHAR[], metadata_prefix VARCHAR, metadata_xml VARCHAR,
-    content_hash VARCHAR, format_name VARCHAR, title VARCHAR, creators VARCHAR[], subjects VARCHAR[],
-    description VARCHAR, date VARCHAR, type VARCHAR, language VARCHAR, identifiers VARCHAR[], doi VARCHAR,
-    url VARCHAR, rights VARCHAR[], bbox_west DOUBLE, bbox_south DOUBLE, bbox_east DOUBLE, bbox_north DOUBLE,
-    mapping_error VARCHAR
-);
+_DDL = create_page_records_sql() + """
 CREATE TABLE IF NOT EXISTS page_quarantine (
     page_number INTEGER, identifier VARCHAR, kind VARCHAR, error VARCHAR, raw BLOB
 );
@@ -161,7 +119,9 @@ class StagingWindow:
         try:
             if rows.num_rows:
                 self.con.register("page_rows", rows)
-                self.con.execute(f"INSERT INTO page_records SELECT {', '.join(PAGE_COLUMNS)} FROM page_rows")
+                # By name: a staging file resumed after an upgrade may order its columns differently.
+                columns = ", ".join(PAGE_COLUMNS)
+                self.con.execute(f"INSERT INTO page_records ({columns}) SELECT {columns} FROM page_rows")
                 self.con.unregister("page_rows")
             if quarantined:
                 self.con.executemany("INSERT INTO page_quarantine VALUES (?, ?, ?, ?, ?)", list(quarantined))
@@ -264,8 +224,6 @@ def window_is_locked(staging_file: Path) -> bool:
 
 
 __all__ = [
-    "PAGE_SCHEMA",
-    "PAGE_COLUMNS",
     "CursorState",
     "StagingWindow",
     "staging_path",

@@ -8,7 +8,8 @@ import pytest
 from harvest_pipeline.harvest.rows import content_hash
 from harvest_pipeline.store import connect
 from harvest_pipeline.store.merge import merge_staging
-from harvest_pipeline.store.staging import PAGE_SCHEMA, StagingWindow, staging_path
+from harvest_pipeline.store.columns import PAGE_SCHEMA
+from harvest_pipeline.store.staging import StagingWindow, staging_path
 
 W0 = datetime(2026, 10, 1)
 W1 = W0 + timedelta(days=1)

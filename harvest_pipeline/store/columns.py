@@ -1,0 +1,126 @@
+"""The record's columns, declared once: every list, the Arrow schema and the DDL derive from here.
+
+``RECORD_COLUMNS`` is the `records` table, in table order. A staged page carries the columns that
+have an Arrow type (plus ``PAGE_ONLY_COLUMNS``); the merge compares and writes the value columns;
+a tombstone drops the value columns marked ``dropped_by_tombstone``; the `catalog` view (and so the
+Parquet exports) and `harvest-pipeline show` read the columns marked for them.
+
+A new column: append it here with ``added_in`` set to a new migration number, and add that
+migration to :data:`harvest_pipeline.store.schema.MIGRATIONS` as ``add_record_columns_sql(n)``.
+Migration 1 creates the columns with ``added_in=1``, so it stays what it always was.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+_TEXT = pa.string()
+_TEXTS = pa.list_(pa.string())
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    sql: str  # DuckDB type
+    arrow: pa.DataType | None = None  # its type in a staged page; None: the catalogue fills it
+    not_null: bool = False
+    value: bool = False  # a version's content: compared, upserted, staged
+    normalized: bool = False  # one of NormalizedRecord.to_row()'s keys, filled by the mappers
+    dropped_by_tombstone: bool = False  # a deletion sets it to NULL
+    catalog: bool = True  # in the `catalog` view and the Parquet exports (live records only)
+    shown: bool = True  # in `record_state` (harvest-pipeline show); False for raw XML
+    added_in: int = 1  # the migration that created it
+    doc: str = ""  # why it is there, when the name does not say (a comment in the DDL)
+
+
+def _normalized(name: str, sql: str, arrow: pa.DataType) -> Column:
+    return Column(name, sql, arrow, value=True, normalized=True, dropped_by_tombstone=True)
+
+
+RECORD_COLUMNS: tuple[Column, ...] = (
+    Column("source_id", "VARCHAR", not_null=True),
+    Column("identifier", "VARCHAR", _TEXT, not_null=True),
+    Column("datestamp", "TIMESTAMP", pa.timestamp("us"), value=True, doc="the server's datestamp, parsed to UTC"),
+    Column("datestamp_raw", "VARCHAR", _TEXT, value=True, doc="as the server wrote it"),
+    Column("deleted", "BOOLEAN", pa.bool_(), not_null=True, value=True, catalog=False),
+    Column("set_specs", "VARCHAR[]", _TEXTS, value=True),
+    Column("metadata_prefix", "VARCHAR", _TEXT, value=True),
+    Column("metadata_xml", "VARCHAR", _TEXT, value=True, dropped_by_tombstone=True, catalog=False, shown=False,
+           doc="raw metadata; NULL for tombstones"),
+    Column("content_hash", "VARCHAR", _TEXT, value=True, catalog=False),
+    _normalized("format_name", "VARCHAR", _TEXT),
+    _normalized("title", "VARCHAR", _TEXT),
+    _normalized("creators", "VARCHAR[]", _TEXTS),
+    _normalized("subjects", "VARCHAR[]", _TEXTS),
+    _normalized("description", "VARCHAR", _TEXT),
+    _normalized("date", "VARCHAR", _TEXT),
+    _normalized("type", "VARCHAR", _TEXT),
+    _normalized("language", "VARCHAR", _TEXT),
+    _normalized("identifiers", "VARCHAR[]", _TEXTS),
+    _normalized("doi", "VARCHAR", _TEXT),
+    _normalized("url", "VARCHAR", _TEXT),
+    _normalized("rights", "VARCHAR[]", _TEXTS),
+    _normalized("bbox_west", "DOUBLE", pa.float64()),
+    _normalized("bbox_south", "DOUBLE", pa.float64()),
+    _normalized("bbox_east", "DOUBLE", pa.float64()),
+    _normalized("bbox_north", "DOUBLE", pa.float64()),
+    Column("mapping_error", "VARCHAR", _TEXT, value=True, dropped_by_tombstone=True),
+    Column("first_seen_at", "TIMESTAMP", not_null=True),
+    Column("written_at", "TIMESTAMP", not_null=True, doc="when a harvest last changed this row"),
+    Column("written_by_run", "VARCHAR"),
+    Column("window_start", "TIMESTAMP", doc="the window whose harvest last changed it"),
+    Column("window_end", "TIMESTAMP"),
+)
+RECORD_KEY = ("source_id", "identifier")
+
+# Columns of a staged page that are not the record's: where in the traversal it came, and whether
+# its datestamp lies inside the requested window.
+PAGE_ONLY_COLUMNS: tuple[Column, ...] = (
+    Column("page_number", "INTEGER", pa.int32()),
+    Column("seq", "INTEGER", pa.int32()),
+    Column("in_window", "BOOLEAN", pa.bool_()),
+)
+
+VALUE_COLUMNS: tuple[str, ...] = tuple(c.name for c in RECORD_COLUMNS if c.value)
+DROPPED_BY_TOMBSTONE: tuple[str, ...] = tuple(c.name for c in RECORD_COLUMNS if c.dropped_by_tombstone)
+NORMALIZED_COLUMNS: tuple[str, ...] = tuple(c.name for c in RECORD_COLUMNS if c.normalized)
+CATALOG_COLUMNS: tuple[str, ...] = tuple(c.name for c in RECORD_COLUMNS if c.catalog)
+STATE_COLUMNS: tuple[str, ...] = tuple(c.name for c in RECORD_COLUMNS if c.shown)
+# What a live record shows and a tombstone lacks: the mapped fields, or why mapping failed.
+DESCRIPTIVE_COLUMNS: tuple[str, ...] = tuple(c.name for c in RECORD_COLUMNS if c.shown and c.dropped_by_tombstone)
+
+PAGE_COLUMN_DEFS: tuple[Column, ...] = PAGE_ONLY_COLUMNS + tuple(c for c in RECORD_COLUMNS if c.arrow is not None)
+PAGE_SCHEMA = pa.schema([(c.name, c.arrow) for c in PAGE_COLUMN_DEFS])
+PAGE_COLUMNS: tuple[str, ...] = tuple(c.name for c in PAGE_COLUMN_DEFS)
+
+
+def _definitions(columns, *, constraints: bool = True, extra: tuple[str, ...] = ()) -> str:
+    """Column definitions, one a line; a doc becomes a comment after the line's comma."""
+    items = [(f"{c.name} {c.sql}" + (" NOT NULL" if constraints and c.not_null else ""), c.doc) for c in columns]
+    items += [(e, "") for e in extra]
+    lines = []
+    for i, (definition, doc) in enumerate(items):
+        comma = "," if i < len(items) - 1 else ""
+        lines.append(f"    {definition}{comma}" + (f"  -- {doc}" if doc else ""))
+    return "\n".join(lines)
+
+
+def create_records_sql() -> str:
+    """The `records` table as migration 1 created it (the columns with ``added_in=1``)."""
+    first = [c for c in RECORD_COLUMNS if c.added_in == 1]
+    key = "PRIMARY KEY (" + ", ".join(RECORD_KEY) + ")"
+    return f"CREATE TABLE records (\n{_definitions(first, extra=(key,))}\n);\n"
+
+
+def add_record_columns_sql(migration: int) -> str:
+    """ALTER TABLE statements for the columns a later migration adds (nullable, no default)."""
+    return "".join(
+        f"ALTER TABLE records ADD COLUMN {c.name} {c.sql};\n" for c in RECORD_COLUMNS if c.added_in == migration
+    )
+
+
+def create_page_records_sql() -> str:
+    """A staging file's `page_records` table (constraints are the catalogue's business)."""
+    return f"CREATE TABLE IF NOT EXISTS page_records (\n{_definitions(PAGE_COLUMN_DEFS, constraints=False)}\n);\n"
