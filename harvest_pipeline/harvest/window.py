@@ -16,6 +16,7 @@ from harvest_pipeline.dates import parse_datestamp
 from harvest_pipeline.errors import BadResumptionToken, DeferredError, HarvestError, MalformedXMLError, ProtocolError
 from harvest_pipeline.crashpoints import crashpoint
 from harvest_pipeline.harvest.listers import Lister, lister_for
+from harvest_pipeline.harvest.plausibility import cap_future_datestamps
 from harvest_pipeline.harvest.prefetch import prefetch
 from harvest_pipeline.harvest.rows import page_rows
 from harvest_pipeline.sources import SourceConfig
@@ -411,8 +412,10 @@ def _prepared_pages(source, window, lister, pages, *, received_before, pages_bef
             day_only = sum(1 for r in page.records if len(r.datestamp) == 10)
             if day_only:
                 warnings.append(f"page {page.page_number}: {day_only} datestamp(s) have day granularity although Identify says seconds")
+        capped_warnings, capped = cap_future_datestamps(page)
+        warnings += capped_warnings
         rows, quarantined = page_rows(page, metadata_prefix=record_format_label(source), window_start=window.start, window_end=window.end)
-        yield page, rows, quarantined, warnings
+        yield page, rows, quarantined + capped, warnings
 
 
 def _fetch_unreadable_again(lister: Lister, page) -> list[str]:
