@@ -477,6 +477,9 @@ class OAIProvider:
         if opts.repeat_token and "resumptionToken" in args and cursor // opts.page_size >= opts.repeat_token:
             # fault repeat_token: the same token (hence the same page) again and again
             rt = self._token_element(args["resumptionToken"], size, cursor, opts, now)
+        elif more and opts.restart_list_at and cursor // opts.page_size + 1 == opts.restart_list_at:
+            # fault restart_list_at: this page, before the end, carries a token that restarts the list
+            rt = self._token_element(new_token(d=None, i=None, c=0), size, cursor, opts, now)
         elif more:
             token = new_token(d=last.datestamp, i=last.identifier, c=cursor + len(views))
             rt = self._token_element(token, size, cursor, opts, now)
