@@ -189,10 +189,9 @@ def _settle_encoding(content: bytes, url: str | None) -> tuple[bytes, bytes | st
         text = content.decode(codec)
     except LookupError:
         raise _unsupported(f"encoding {codec!r} is unknown", url) from None
-    except UnicodeDecodeError as e:
-        raise MalformedXMLError(
-            f"the response has bytes invalid in its encoding {codec!r} at offset {e.start}", url=url
-        ) from e
+    except UnicodeError as e:  # UnicodeDecodeError, and codecs such as "undefined" that always refuse
+        where = f" at offset {e.start}" if isinstance(e, UnicodeDecodeError) else ""
+        raise MalformedXMLError(f"the response has bytes invalid in its encoding {codec!r}{where}", url=url) from e
     decl = _TEXT_DECL.match(text)
     if decl is not None:
         version = _DECL_VERSION.search(decl.group(0))
