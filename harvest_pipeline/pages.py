@@ -33,7 +33,7 @@ class QuarantinedRecord:
     identifier: str | None
     raw: bytes
     error: str
-    kind: str = "parse"  # "parse" | "map"
+    kind: str = "parse"  # "parse" | "recovered" | "map" | "identifier" | "datestamp"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +62,8 @@ class ListPage:
     warnings: list[str] = field(default_factory=list)
     quarantined: list[QuarantinedRecord] = field(default_factory=list)
     repaired: int = 0  # characters / bytes replaced by U+FFFD to make the page parse
+    # (identifier as stored, as sent) for identifiers whose illegal characters became control pictures
+    repaired_identifiers: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def next_token(self) -> str | None:

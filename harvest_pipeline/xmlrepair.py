@@ -6,34 +6,67 @@ repair for the window's report (never silently): characters XML 1.0 forbids are 
 carry no text; removing them restores what the author typed), bytes invalid in the declared
 encoding become U+FFFD (the text they stood for is unknown, so the mark stays visible). A page with one truly broken record is split at its <record> boundaries so the other
 records are kept and only the broken one is quarantined.
+
+Record identifiers are the exception: removing a NUL from `nul\x00byte` would merge that record
+into a real `nulbyte`. Inside a header's <identifier>, each C0 control character becomes its
+Unicode control picture instead (U+2400 + its code: NUL -> U+2400, 0x0B -> U+240B), so the
+repaired identifier stays apart, shows what was there, and maps back one to one. Each one is
+reported (:attr:`Repairs.identifiers`).
 """
 
 from __future__ import annotations
 
 import codecs
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 _DECL = re.compile(rb"^(\xef\xbb\xbf)?\s*<\?xml[^>]*?encoding\s*=\s*[\"']([A-Za-z0-9._-]+)[\"'][^>]*\?>")
 # Characters XML 1.0 forbids (tab, LF and CR are allowed), plus the non-characters U+FFFE/U+FFFF.
 _ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
 _REPLACEMENT = "\ufffd"
+_CONTROL_PICTURE = re.compile("[\u2400-\u241f]")
+_PREFIX = r"(?:[A-Za-z_][\w.-]*:)?"
+# A header's <identifier> element and its text; the header ends before any other identifier
+# (dc:identifier in the metadata must keep the ordinary repair).
+_HEADER_IDENTIFIER = re.compile(
+    rf"(<{_PREFIX}header[\s>](?:(?!</{_PREFIX}header\s*>).)*?<{_PREFIX}identifier(?:\s[^>]*)?>)([^<]*)",
+    re.S,
+)
 
 
 @dataclass
 class Repairs:
     control_chars: int = 0
     invalid_bytes: int = 0
+    # (identifier as stored, identifier as sent) for header identifiers that carried illegal characters
+    identifiers: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def total(self) -> int:
         return self.control_chars + self.invalid_bytes
 
     def describe(self) -> str:
-        return (
+        text = (
             f"repaired the response: removed {self.control_chars} character(s) illegal in XML 1.0, "
             f"replaced {self.invalid_bytes} byte(s) invalid in the declared encoding with U+FFFD"
         )
+        if self.identifiers:
+            shown = ", ".join(repr(stored) for stored, _ in self.identifiers[:5])
+            text += (
+                f"; {len(self.identifiers)} record identifier(s) carried such characters and are stored with "
+                f"them as control pictures (U+2400-U+241F), kept apart from identifiers without them: {shown}"
+            )
+        return text
+
+
+def escape_identifier(identifier: str) -> str:
+    """Control pictures for the C0 controls; other characters XML forbids become U+FFFD."""
+    return _ILLEGAL.sub(lambda m: chr(0x2400 + ord(m.group())) if m.group() < " " else _REPLACEMENT, identifier)
+
+
+def unescape_identifier(identifier: str) -> str:
+    """The identifier as the server sent it (the inverse of escape_identifier for C0 controls)."""
+    return _CONTROL_PICTURE.sub(lambda m: chr(ord(m.group()) - 0x2400), identifier)
 
 
 def declared_encoding(content: bytes) -> str:
@@ -62,7 +95,18 @@ def repair(content: bytes) -> tuple[bytes, Repairs]:
         repairs.control_chars += 1
         return ""
 
-    text = _ILLEGAL.sub(illegal, text)
+    def escape_in_identifier(m: re.Match) -> str:
+        sent = m.group(2)
+        if not _ILLEGAL.search(sent):
+            return m.group(0)
+        stored = escape_identifier(sent)
+        repairs.control_chars += len(_ILLEGAL.findall(sent))
+        repairs.identifiers.append((stored.strip(), sent.strip()))
+        return m.group(1) + stored
+
+    if _ILLEGAL.search(text):
+        text = _HEADER_IDENTIFIER.sub(escape_in_identifier, text)
+        text = _ILLEGAL.sub(illegal, text)
     text = re.sub(r"^\ufeff?\s*<\?xml[^>]*\?>", '<?xml version="1.0" encoding="UTF-8"?>', text, count=1)
     return text.encode("utf-8"), repairs
 

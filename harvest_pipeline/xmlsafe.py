@@ -5,10 +5,16 @@ Every response body the harvester reads goes through :func:`parse_xml`. It
 * parses **bytes**, never decoded text, so the encoding declared in the document (or its BOM)
   wins over whatever `requests` guessed from the HTTP headers;
 * refuses any document that carries a document type declaration (``<!DOCTYPE ...>``), which is
-  the only place where entity declarations can live. The check runs on the raw prolog *before*
+  the only place where entity declarations can live. The check runs on the prolog *before*
   libxml2 sees the document, so billion-laughs expansions, external entities (``file://`` or
-  ``http://``) and external DTDs are never expanded or fetched. OAI-PMH responses never need a
-  DTD (they are described by an XML Schema), so nothing legitimate is lost;
+  ``http://``) and external DTDs are never expanded, opened or fetched. OAI-PMH responses never
+  need a DTD (they are described by an XML Schema), so nothing legitimate is lost;
+* settles the encoding itself, so the scan sees exactly the markup libxml2 will: documents in
+  an encoding where every ASCII character is its own byte (UTF-8, ISO-8859-x, windows-125x ...)
+  are scanned as bytes and handed over unchanged; any other (UTF-16/32, UTF-7, ISO-2022-x ...)
+  is decoded strictly by Python, scanned as text, and handed to libxml2 as UTF-8 with its
+  declaration rewritten, so libxml2 never decodes an encoding we did not scan. An encoding
+  Python does not know, EBCDIC and UCS-4 in unusual byte orders are refused;
 * as a second line of defence, parses with a parser that does not resolve entities, does not
   load DTDs and does not touch the network, and re-checks the parsed document for a DTD;
 * turns lxml's syntax errors into :class:`~harvest_pipeline.errors.MalformedXMLError` carrying
@@ -17,6 +23,8 @@ Every response body the harvester reads goes through :func:`parse_xml`. It
 
 from __future__ import annotations
 
+import codecs
+import re
 import threading
 
 from lxml import etree
@@ -105,38 +113,106 @@ def _prolog_has_markup_decl(data: bytes | str) -> bool:
     return False
 
 
-def _decode_if_wide(content: bytes) -> str | None:
-    """Decode UTF-16/UTF-32 documents (by BOM or by the ``<?`` pattern); None for 8-bit ones."""
+def _wide_codec(content: bytes) -> str | None:
+    """UTF-16/UTF-32 by BOM or by the ``<`` pattern of the first bytes; None for 8-bit documents."""
     head = content[:4]
-    codec = None
     if head.startswith((b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff")):
-        codec = "utf-32"
-    elif head.startswith((b"\xff\xfe", b"\xfe\xff")):
-        codec = "utf-16"
-    elif head == b"<\x00\x00\x00":
-        codec = "utf-32-le"
-    elif head == b"\x00\x00\x00<":
-        codec = "utf-32-be"
-    elif head.startswith(b"<\x00"):
-        codec = "utf-16-le"
-    elif head.startswith(b"\x00<"):
-        codec = "utf-16-be"
-    if codec is None:
+        return "utf-32"
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "utf-16"
+    if head == b"<\x00\x00\x00":
+        return "utf-32-le"
+    if head == b"\x00\x00\x00<":
+        return "utf-32-be"
+    if head.startswith(b"<\x00"):
+        return "utf-16-le"
+    if head.startswith(b"\x00<"):
+        return "utf-16-be"
+    return None
+
+
+# Signatures libxml2 recognises but Python cannot decode for us (EBCDIC `<?xm`, UCS-4 2143/3412).
+_UNSUPPORTED_SIGNATURES = {
+    b"\x4c\x6f\xa7\x94": "EBCDIC",
+    b"\x00\x00<\x00": "UCS-4 (byte order 2143)",
+    b"\x00<\x00\x00": "UCS-4 (byte order 3412)",
+}
+
+# Encodings in which every ASCII character is its own single byte and no other character uses a
+# byte below 0x80: a byte scan sees exactly the markup libxml2 will decode from them.
+_ASCII_TRANSPARENT = re.compile(
+    r"(?:utf-?8|us-ascii|ascii|iso[-_]?8859[-_]\d{1,2}|latin-?[1-9]|l[1-9]|windows-125\d|cp125\d|koi8-[ru])",
+    re.IGNORECASE,
+)
+_XML_DECL = re.compile(rb"\A(?:\xef\xbb\xbf)?<\?xml[ \t\r\n][^>]*?\?>")
+_DECL_ENCODING = re.compile(r"""[ \t\r\n]encoding[ \t\r\n]*=[ \t\r\n]*(["'])(.*?)\1""")
+_TEXT_DECL = re.compile(r"\A\ufeff?<\?xml[ \t\r\n][^>]*?\?>")
+_DECL_VERSION = re.compile(r"""version[ \t\r\n]*=[ \t\r\n]*(["'])(1\.[0-9]+)\1""")
+
+
+def _declared_encoding(content: bytes) -> str | None:
+    """The encoding named by an ASCII XML declaration at the very start, or None."""
+    decl = _XML_DECL.match(content)
+    if decl is None:
         return None
-    return content.decode(codec, errors="replace")
+    m = _DECL_ENCODING.search(decl.group(0).decode("ascii", "replace"))
+    return m.group(2) if m else None
+
+
+def _unsupported(what: str, url: str | None) -> MalformedXMLError:
+    return MalformedXMLError(
+        f"the response is in an encoding we do not read ({what}); it is refused before parsing so "
+        "that no DTD hidden in it can act",
+        url=url,
+        hint="ask the repository to serve UTF-8 (OAI-PMH requires it)",
+    )
+
+
+def _settle_encoding(content: bytes, url: str | None) -> tuple[bytes, bytes | str]:
+    """(the bytes libxml2 will parse, what to scan for a DTD): both say the same thing.
+
+    Bytes in an ASCII-transparent encoding are scanned and parsed as they are. Anything else is
+    decoded strictly here and handed to libxml2 as UTF-8, so libxml2 never picks a decoder (for
+    instance UTF-7, where ``+ADw-`` is ``<``) that the scan did not use.
+    """
+    codec = _wide_codec(content)
+    if codec is None:
+        for signature, what in _UNSUPPORTED_SIGNATURES.items():
+            if content.startswith(signature):
+                raise _unsupported(what, url)
+        declared = _declared_encoding(content)
+        if declared is None or _ASCII_TRANSPARENT.fullmatch(declared):
+            return content, content
+        codec = "utf-8" if content.startswith(b"\xef\xbb\xbf") else declared
+    try:
+        codecs.lookup(codec)
+        text = content.decode(codec)
+    except LookupError:
+        raise _unsupported(f"encoding {codec!r} is unknown", url) from None
+    except UnicodeError as e:  # UnicodeDecodeError, and codecs such as "undefined" that always refuse
+        where = f" at offset {e.start}" if isinstance(e, UnicodeDecodeError) else ""
+        raise MalformedXMLError(f"the response has bytes invalid in its encoding {codec!r}{where}", url=url) from e
+    decl = _TEXT_DECL.match(text)
+    if decl is not None:
+        version = _DECL_VERSION.search(decl.group(0))
+        head = f'<?xml version="{version.group(2) if version else "1.0"}" encoding="UTF-8"?>'
+        text = head + text[decl.end():]
+    return text.lstrip("\ufeff").encode("utf-8"), text
 
 
 def has_doctype(content: bytes) -> bool:
     """True when the document's prolog carries a ``<!DOCTYPE ...>`` (or other ``<!`` declaration).
 
     Only the prolog is scanned, so ``<!DOCTYPE`` text inside CDATA or comments of the body does
-    not count. 8-bit encodings (UTF-8, ISO-8859-x, windows-125x, ...) are scanned as bytes;
-    UTF-16/32 documents are decoded first.
+    not count. Documents in an ASCII-transparent encoding are scanned as bytes, any other is
+    decoded first (see :func:`_settle_encoding`); one that cannot be decoded counts as carrying
+    a DTD, since what it holds is unknown.
     """
-    wide = _decode_if_wide(content)
-    if wide is not None:
-        return _prolog_has_markup_decl(wide)
-    return _prolog_has_markup_decl(content)
+    try:
+        _, scanned = _settle_encoding(content, None)
+    except MalformedXMLError:
+        return True
+    return _prolog_has_markup_decl(scanned)
 
 
 def _refuse(url: str | None) -> XMLSecurityError:
@@ -161,7 +237,8 @@ def parse_xml(content: bytes, *, url: str | None = None) -> etree._Element:
             "the document's own encoding declaration must decide how it is decoded"
         )
     content = bytes(content)
-    if has_doctype(content):
+    content, scanned = _settle_encoding(content, url)
+    if _prolog_has_markup_decl(scanned):
         raise _refuse(url)
     if not content or content.isspace():
         raise MalformedXMLError(
@@ -175,7 +252,6 @@ def parse_xml(content: bytes, *, url: str | None = None) -> etree._Element:
         raise MalformedXMLError(f"the response is not well-formed XML: {e.msg}", url=url) from e
     docinfo = root.getroottree().docinfo
     if docinfo.internalDTD is not None or docinfo.externalDTD is not None or docinfo.doctype:
-        # Only reachable for encodings the prolog scan cannot read (e.g. EBCDIC); even then the
-        # parser options above kept entities unexpanded and nothing was fetched.
+        # Defence in depth: the prolog scan above should make this unreachable.
         raise _refuse(url)
     return root

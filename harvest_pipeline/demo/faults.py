@@ -65,7 +65,12 @@ Pagination and dates (lists only)
         From page k + 1 on, every page carries the token it was requested with: the client
         gets the same page and the same token forever.
     ``restart_list``
-        The last page carries a token that restarts the list from its first page.
+        The last page carries a token that restarts the list from its first page (pycsw 2.x
+        in OAI-PMH mode ends its lists this way). A harvester that has received the whole list
+        (completeListSize) can tell the list ended; without completeListSize it cannot.
+    ``restart_list_at`` k
+        Page k, before the end, carries a token that restarts the list from its first page:
+        the list never ends and a harvester must stop.
     ``no_complete_list_size``
         ``resumptionToken`` elements carry no completeListSize.
     ``wrong_cursor``
@@ -110,8 +115,10 @@ Not in the preset, and why:
   response or record is rejected), so the records cannot come out the same;
 * ``malformed_page_every``: the page is broken as served; only a harvester that re-requests
   pages that fail to parse gets past it (ours fails the window, and a later run fixes it);
-* ``repeat_token``, ``restart_list``: the list never ends (or never ends cleanly); a correct
-  harvester must stop and fail the window;
+* ``repeat_token``, ``restart_list_at``: the list never ends; a correct harvester must stop and
+  fail the window;
+* ``restart_list``: the list ends only for a harvester that can prove it received the whole
+  list, which needs the completeListSize the preset switches off;
 * ``reject_dates``, ``ignore_dates``: selective harvesting is impossible; a correct harvester
   must notice and fail (or fall back to a full harvest, a different run);
 * ``clamp_until``, ``index_lag_seconds``: records at the recent edge stay invisible until the
@@ -189,6 +196,7 @@ class FaultOptions:
     # pagination and dates
     repeat_token: int = 0
     restart_list: bool = False
+    restart_list_at: int = 0
     no_complete_list_size: bool = False
     wrong_cursor: bool = False
     no_final_token_element: bool = False
@@ -233,7 +241,7 @@ def _retry_after_spec(name, v):
 FAULT_CHECKS = {
     **{name: _non_negative for name in (
         "fail_every", "slow_ms", "truncate_every", "empty_body_every", "control_chars",
-        "bad_bytes", "broken_record_every", "malformed_page_every", "repeat_token",
+        "bad_bytes", "broken_record_every", "malformed_page_every", "repeat_token", "restart_list_at",
         "clamp_until", "out_of_window_records", "index_lag_seconds")},
     "slow_every": _positive,
     "gzip_bomb_mb": _positive,

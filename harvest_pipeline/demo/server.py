@@ -477,6 +477,9 @@ class OAIProvider:
         if opts.repeat_token and "resumptionToken" in args and cursor // opts.page_size >= opts.repeat_token:
             # fault repeat_token: the same token (hence the same page) again and again
             rt = self._token_element(args["resumptionToken"], size, cursor, opts, now)
+        elif more and opts.restart_list_at and cursor // opts.page_size + 1 == opts.restart_list_at:
+            # fault restart_list_at: this page, before the end, carries a token that restarts the list
+            rt = self._token_element(new_token(d=None, i=None, c=0), size, cursor, opts, now)
         elif more:
             token = new_token(d=last.datestamp, i=last.identifier, c=cursor + len(views))
             rt = self._token_element(token, size, cursor, opts, now)
@@ -654,11 +657,42 @@ class _Handler(BaseHTTPRequestHandler):
             return list(obj.items())
         return parse_qsl(text, keep_blank_values=True, errors="strict")
 
+    def _admin_refusal(self) -> str | None:
+        """Why an /admin/* request may come from a web page rather than a test or a shell.
+
+        A page on another site can make a browser POST here (a form, or `fetch` in no-cors
+        mode), and DNS rebinding makes one send a foreign Host. Browsers always say where such
+        a request comes from (Origin, or at least Referer); a form can only send
+        application/x-www-form-urlencoded, multipart/form-data or text/plain, and `fetch` with
+        application/json needs a CORS preflight this server never grants.
+        """
+        port = self.server.server_port
+        own_hosts = {"127.0.0.1", "localhost", "[::1]", self.server.server_address[0]}
+        host = self.headers.get("Host")
+        if host is not None and host not in {f"{h}:{port}" for h in own_hosts}:
+            return f"Host {host!r} is not this server (127.0.0.1:{port})"
+        for header in ("Origin", "Referer"):
+            value = self.headers.get(header)
+            if value is None:
+                continue
+            origin = urlsplit(value)
+            if origin.scheme != "http" or origin.hostname not in own_hosts | {"::1"} or origin.port != port:
+                return f"cross-origin request ({header}: {value})"
+        if self.command == "POST":
+            ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+            if ctype != "application/json":
+                return f"Content-Type {ctype or '(none)'!r}: send a JSON object with Content-Type: application/json"
+        return None
+
     def _dispatch(self) -> None:
         try:
             parts = urlsplit(self.path)
             body = self._body() if self.command == "POST" else b""
             route = (self.command, parts.path.rstrip("/") or "/")
+            if route[1].startswith("/admin/"):
+                refusal = self._admin_refusal()
+                if refusal is not None:
+                    return self._json(403, {"error": f"refused: {refusal}"})
             if route[1] == OAI_PATH:
                 try:
                     if self.command == "POST":

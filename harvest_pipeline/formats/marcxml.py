@@ -14,7 +14,8 @@ subfields are then read with C-level `iterchildren`. Field choices:
   type        leader/06 as its MARC 21 name ("Language material", "Cartographic material"...)
   rights      506 $a, 540 $a and 540 $u
 ISBD punctuation that MARC puts at the end of subfields (" /", " :", ",", final ".") is trimmed
-from titles, names, subjects and dates.
+from titles, names, subjects and dates. Parts outside the record's namespace (a prefixed
+`<marc:record>` with unprefixed children) are matched by local name when that is unambiguous.
 """
 
 from __future__ import annotations
@@ -68,15 +69,51 @@ def _trim(value: str | None) -> str | None:
 
 
 _TAGS: dict[str, tuple[str, str, str, str]] = {}
+_PARTS = frozenset({"leader", "controlfield", "datafield"})
 
 
-def _tags_for(root_tag: str) -> tuple[str, str, str, str]:
-    """(leader, controlfield, datafield, subfield) Clark tags in the record's namespace."""
-    ns = root_tag[: root_tag.index("}") + 1] if root_tag[:1] == "{" else ""
+def _namespace(tag: str) -> str:
+    return tag[1: tag.index("}")] if tag[:1] == "{" else ""
+
+
+def _tags_in(ns: str) -> tuple[str, str, str, str]:
+    """(leader, controlfield, datafield, subfield) Clark tags in namespace `ns`."""
     tags = _TAGS.get(ns)
     if tags is None:
-        tags = _TAGS[ns] = (f"{ns}leader", f"{ns}controlfield", f"{ns}datafield", f"{ns}subfield")
+        p = f"{{{ns}}}" if ns else ""
+        tags = _TAGS[ns] = (f"{p}leader", f"{p}controlfield", f"{p}datafield", f"{p}subfield")
     return tags
+
+
+def _only_namespace(elements, locals_: frozenset[str]) -> str | None:
+    """The one namespace the elements named `locals_` use, or None if none or several."""
+    found = {_namespace(e.tag) for e in elements if e.tag.__class__ is str and e.tag.rpartition("}")[2] in locals_}
+    return found.pop() if len(found) == 1 else None
+
+
+def _tags_for(record) -> tuple[str, str, str, str]:
+    """The Clark tags this record's parts are written with.
+
+    Normally the record's own namespace. Some servers prefix only `<marc:record>`, so its
+    unprefixed children fall into the envelope's default namespace (Hindawi's OAI-PMH puts them
+    in the OAI-PMH namespace). Then the parts are matched by local name, when they all use one
+    namespace; with several, nothing is guessed (and the record maps to nothing, which the
+    registry reports).
+    """
+    tags = _tags_in(_namespace(record.tag))
+    own = frozenset(tags[:3])
+    for child in record:
+        if child.tag in own:
+            return tags  # the usual case: decided by the first part (the leader)
+    ns = _only_namespace(record, _PARTS)
+    if ns is None:
+        return tags
+    leader, control, data, sub = _tags_in(ns)
+    field = next(record.iterchildren(data), None)
+    if field is not None and next(field.iterchildren(sub), None) is None:
+        sub_ns = _only_namespace(field, frozenset({"subfield"}))
+        sub = _tags_in(sub_ns)[3] if sub_ns is not None else sub
+    return leader, control, data, sub
 
 
 def _subs(field, sf_tag: str, codes: str) -> list[str]:
@@ -102,7 +139,7 @@ def _sub(field, sf_tag: str, code: str) -> str | None:
 
 def map_marc(record) -> NormalizedRecord:
     """Map a MARCXML `record` element."""
-    leader_tag, cf_tag, df_tag, sf_tag = _tags_for(record.tag)
+    leader_tag, cf_tag, df_tag, sf_tag = _tags_for(record)
     leader = ""
     control: dict[str, str] = {}
     fields: list[tuple[str, object]] = []  # (tag, datafield) in document order

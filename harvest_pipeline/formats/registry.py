@@ -140,4 +140,31 @@ def map_record(element) -> NormalizedRecord:
     if not isinstance(record, NormalizedRecord):  # a mapper bug, not a bad record
         raise TypeError(f"mapper for format {entry.name!r} returned {type(record).__name__}, not NormalizedRecord")
     record.format_name = entry.name
+    if _is_empty(record):
+        _refuse_if_payload_has_content(element, entry)
     return record
+
+
+def _is_empty(record: NormalizedRecord) -> bool:
+    return not (
+        record.title or record.titles or record.creators or record.subjects or record.description
+        or record.dates or record.date or record.type or record.language or record.identifiers
+        or record.doi or record.url or record.rights or record.bbox
+    )
+
+
+def _refuse_if_payload_has_content(element: etree._Element, entry: RegisteredFormat) -> None:
+    """A mapper that reads nothing from a payload holding text did not understand it (its
+    elements are in an unexpected namespace, say): say so rather than store a blank record."""
+    elements = sum(1 for e in element.iter() if isinstance(e.tag, str))
+    chars = sum(len(t.strip()) for t in element.itertext())
+    if not chars:
+        return
+    raise MappingError(
+        f"format {entry.name!r} (root {element.tag}) got nothing out of a payload of {elements} elements "
+        f"and {chars} characters of text: no title, creator, identifier, date or any other field",
+        format_name=entry.name,
+        root=element.tag,
+        hint="the payload's elements are probably in a namespace this mapper does not expect; "
+        "look at records.metadata_xml and extend the mapper",
+    )

@@ -32,11 +32,19 @@ def page_rows(
     """The page as an Arrow table (PAGE_SCHEMA) and its quarantine entries.
 
     Quarantine entries are (page_number, identifier, kind, error, raw bytes): records the parser
-    could not read (kind 'parse', not in the table) and records whose metadata no mapper could
-    read (kind 'map': stored with their raw XML, normalized fields empty).
+    could not read (kind 'parse', not in the table), records whose metadata no mapper could
+    read (kind 'map': stored with their raw XML, normalized fields empty), and records whose
+    identifier carried characters XML forbids (kind 'identifier': stored under the repaired
+    identifier; `raw` is the identifier as sent).
     """
     cols: dict[str, list] = {c: [] for c in PAGE_COLUMNS}
     quarantined = [(page.page_number, q.identifier, q.kind, q.error, q.raw) for q in page.quarantined]
+    quarantined += [
+        (page.page_number, stored, "identifier",
+         f"the identifier as sent ({sent!r}) carries characters XML 1.0 forbids; stored as {stored!r} "
+         "(control pictures), apart from any identifier without them", sent.encode("utf-8", "surrogatepass"))
+        for stored, sent in page.repaired_identifiers
+    ]
     ws, we = window_start.replace(tzinfo=None), window_end.replace(tzinfo=None)
     for seq, rec in enumerate(page.records):
         ds = rec.datestamp_utc.replace(tzinfo=None) if rec.datestamp_utc else None

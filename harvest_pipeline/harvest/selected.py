@@ -23,6 +23,7 @@ import duckdb
 
 from harvest_pipeline.errors import ConfigError, HarvestError, IdDoesNotExist
 from harvest_pipeline.harvest.listers import Lister, lister_for
+from harvest_pipeline.harvest.plausibility import cap_future_datestamps
 from harvest_pipeline.harvest.rows import page_rows
 from harvest_pipeline.harvest.window import Window
 from harvest_pipeline.pages import HarvestedRecord, ListPage, ResumptionInfo
@@ -146,7 +147,8 @@ def _stage(staging: StagingWindow, source: SourceConfig, window: Window, records
         url=source.url, params={"verb": "GetRecord"}, response_date=None, records=records,
         resumption=ResumptionInfo(token=None, present=False), page_number=page_number,
     )
+    warnings, capped = cap_future_datestamps(page)
     rows, quarantined = page_rows(page, metadata_prefix=source.metadata_prefix, window_start=window.start, window_end=window.end)
     staging.write_page(
-        rows, next_token=None, complete_list_size=None, response_date=None, warnings=[], quarantined=quarantined,
+        rows, next_token=None, complete_list_size=None, response_date=None, warnings=warnings, quarantined=quarantined + capped,
     )

@@ -16,6 +16,7 @@ from harvest_pipeline.dates import parse_datestamp
 from harvest_pipeline.errors import BadResumptionToken, DeferredError, HarvestError, MalformedXMLError, ProtocolError
 from harvest_pipeline.crashpoints import crashpoint
 from harvest_pipeline.harvest.listers import Lister, lister_for
+from harvest_pipeline.harvest.plausibility import cap_future_datestamps
 from harvest_pipeline.harvest.prefetch import prefetch
 from harvest_pipeline.harvest.rows import page_rows
 from harvest_pipeline.sources import SourceConfig
@@ -33,6 +34,9 @@ MAX_RESTARTS = 2
 MAX_MALFORMED_REFETCHES = 2
 # Pagination guards: more pages than this with no completeListSize means the server loops.
 MAX_PAGES_WITHOUT_SIZE = 1_000_000
+# The server's final token starts the list again (pycsw 2.x in OAI-PMH mode): once seen with a
+# completeListSize that proves the list was traversed, a restart without one ends the list too.
+QUIRK_FINAL_TOKEN_RESTARTS_LIST = "final-token-restarts-list"
 
 
 @dataclass(frozen=True)
@@ -203,9 +207,10 @@ def harvest_window(
             staging.start_attempt(run_id, request_key)
         restarts = refetches = 0
         refetched_at = -1
+        quirks = set(known_quirks)
         while not staging.cursor().closed:
             try:
-                _run_token_loop(source, window, lister, staging, from_param, until_param, progress, described)
+                _run_token_loop(source, window, lister, staging, from_param, until_param, progress, described, quirks)
             except BadResumptionToken as exc:
                 # Tokens expire: the only safe continuation is the window's from-bound again.
                 if restarts >= MAX_RESTARTS:
@@ -239,7 +244,7 @@ def harvest_window(
                 warnings.append(f"{outside} records had datestamps outside the requested window (kept)")
             if counts.quarantined:
                 warnings.append(f"{counts.quarantined} record(s) quarantined (see the quarantine table)")
-            new_quirks = set(getattr(lister, "quirks", ())) - known_quirks
+            new_quirks = (set(getattr(lister, "quirks", ())) | quirks) - known_quirks
             if new_quirks:
                 ledger.add_quirks(con, source.id, new_quirks)
                 warnings.append(f"server quirk(s) detected and remembered for this source: {', '.join(sorted(new_quirks))}")
@@ -312,11 +317,14 @@ def _defer_if_server_clock_behind(window: Window, response_date: str | None) -> 
 class _Guards:
     """Pagination guards: stop a traversal that loops or grows beyond belief, naming the guard."""
 
-    def __init__(self, received_before: int):
+    def __init__(self, received_before: int, *, first_identifier: str | None = None, quirks=frozenset()):
         self.seen_tokens: set[str] = set()
-        self.first_identifier: str | None = None
+        self.first_identifier = first_identifier
         self.received = received_before
         self.cursor_warned = False
+        self.restart_ends_list = QUIRK_FINAL_TOKEN_RESTARTS_LIST in quirks
+        self.learned: set[str] = set()  # quirks this traversal proved, for source_state
+        self.list_ended = False  # the last page checked ended the list although it had a token
 
     def check(self, page, complete_list_size: int | None, pages_done: int) -> list[str]:
         warnings = []
@@ -325,10 +333,7 @@ class _Guards:
             if self.first_identifier is None:
                 self.first_identifier = first
             elif first == self.first_identifier:
-                raise ProtocolError(
-                    "guard 'list-restarted': a later page starts again with the list's first record "
-                    f"({first})", url=page.url, hint="the server's final token restarts the list; report it",
-                )
+                return self._restarted(page, complete_list_size)
         token = page.next_token
         if token is not None and token in self.seen_tokens:
             raise ProtocolError(
@@ -357,6 +362,37 @@ class _Guards:
             raise ProtocolError(f"guard 'page-limit': more than {MAX_PAGES_WITHOUT_SIZE} pages", url=page.url)
         return warnings
 
+    def _restarted(self, page, complete_list_size: int | None) -> list[str]:
+        """A page that starts again with the list's first record.
+
+        After the whole list (as many records as completeListSize), it is the server's way of
+        ending the list: the page's records are repeats and are dropped, and the list ends here.
+        Before that, records would be missing or repeated: guard 'list-restarted' stops it.
+        """
+        first = page.records[0].identifier
+        traversed = complete_list_size is not None and self.received >= complete_list_size
+        if not (traversed or (complete_list_size is None and self.restart_ends_list)):
+            of = f" of completeListSize {complete_list_size}" if complete_list_size is not None else ""
+            raise ProtocolError(
+                "guard 'list-restarted': a later page starts again with the list's first record "
+                f"({first}) after {self.received} record(s){of}",
+                url=page.url,
+                hint="the server's token restarts the list before its end; report it" if complete_list_size is not None
+                else "the server's token restarts the list and it gives no completeListSize to prove the list was "
+                "complete; report it",
+            )
+        dropped = len(page.records) + len(page.quarantined)
+        page.records, page.quarantined, page.repaired_identifiers = [], [], []
+        page.resumption = replace(page.resumption, token=None)
+        self.learned.add(QUIRK_FINAL_TOKEN_RESTARTS_LIST)
+        self.list_ended = True
+        said = (f"after all {self.received} record(s) of completeListSize {complete_list_size}" if traversed
+                else f"after {self.received} record(s), as it did before (quirk {QUIRK_FINAL_TOKEN_RESTARTS_LIST})")
+        return [
+            f"page {page.page_number} started the list again with its first record ({first}) {said}: "
+            f"the list ended there; dropped the {dropped} repeated record(s) of that page and did not follow its token"
+        ]
+
 
 def _run_token_loop(
     source: SourceConfig,
@@ -367,16 +403,20 @@ def _run_token_loop(
     until_param: str | None,
     progress: Progress | None,
     described: dict,
+    quirks: set[str],
 ) -> None:
     """Fetch pages from the cursor's position until the list ends, committing each page.
+
+    `quirks`: what the source's server is known to do; quirks this traversal proves are added.
 
     Fetching, parsing, guarding and mapping run a page or two ahead in a worker thread
     (`prefetch`); this thread only commits pages, in order, each with the token after it.
     """
     cursor = staging.cursor()
+    guards = _Guards(cursor.received + cursor.quarantined_unparsed, first_identifier=staging.first_identifier(), quirks=quirks)
     prepared = _prepared_pages(
         source, window, lister, lister.pages(from_param=from_param, until_param=until_param, resume_token=cursor.token),
-        received_before=cursor.received + cursor.quarantined_unparsed, pages_before=cursor.pages,
+        guards=guards, pages_before=cursor.pages,
         size=cursor.complete_list_size, seconds_granularity="hh" in (described.get("granularity") or ""),
     )
     pages_done, received, size = cursor.pages, cursor.received, cursor.complete_list_size
@@ -393,11 +433,11 @@ def _run_token_loop(
                 "source_id": source.id, "window": window.key, "pages": pages_done,
                 "received": received, "complete_list_size": size,
             })
+    quirks |= guards.learned
 
 
-def _prepared_pages(source, window, lister, pages, *, received_before, pages_before, size, seconds_granularity):
+def _prepared_pages(source, window, lister, pages, *, guards, pages_before, size, seconds_granularity):
     """Each page checked by the guards, its unreadable records fetched again, mapped to rows."""
-    guards = _Guards(received_before)
     for page in pages:
         page.page_number += pages_before
         if size is None:
@@ -411,8 +451,12 @@ def _prepared_pages(source, window, lister, pages, *, received_before, pages_bef
             day_only = sum(1 for r in page.records if len(r.datestamp) == 10)
             if day_only:
                 warnings.append(f"page {page.page_number}: {day_only} datestamp(s) have day granularity although Identify says seconds")
+        capped_warnings, capped = cap_future_datestamps(page)
+        warnings += capped_warnings
         rows, quarantined = page_rows(page, metadata_prefix=record_format_label(source), window_start=window.start, window_end=window.end)
-        yield page, rows, quarantined, warnings
+        yield page, rows, quarantined + capped, warnings
+        if guards.list_ended:
+            return  # the guards ended the list on a page that still carried a token
 
 
 def _fetch_unreadable_again(lister: Lister, page) -> list[str]:

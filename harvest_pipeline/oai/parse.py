@@ -123,7 +123,8 @@ def raise_for_oai_errors(error_elements, url: str | None) -> None:
 class _Response:
     """The envelope of one parsed response."""
 
-    __slots__ = ("root", "T", "response_date", "body", "stray_token", "warnings", "no_records", "repaired")
+    __slots__ = ("root", "T", "response_date", "body", "stray_token", "warnings", "no_records", "repaired",
+                 "repaired_identifiers")
 
 
 def _parse_repairing(content: bytes, url: str | None):
@@ -158,6 +159,7 @@ def _open(
     r = _Response()
     r.warnings = []
     r.repaired = repairs.total if repairs else 0
+    r.repaired_identifiers = repairs.identifiers if repairs else []
     if repairs:
         r.warnings.append(repairs.describe())
     if ns != OAI_NS:
@@ -441,6 +443,7 @@ def _list_page(
         empty_list=False,
         warnings=warnings,
         repaired=r.repaired,
+        repaired_identifiers=list(r.repaired_identifiers),
     )
 
 
@@ -473,6 +476,7 @@ def _salvage_list_records(
     _finish_counters(counters, page.warnings)
     page.byte_size = len(content)
     page.repaired += repairs.total
+    page.repaired_identifiers += repairs.identifiers
     if repairs.total:
         page.warnings.append(repairs.describe())
     page.warnings.append(

@@ -18,7 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from harvest_pipeline.errors import ConfigError
 
 DEFAULT_SOURCES_FILE = "data/sources.yaml"
-SOURCE_ID_RE = re.compile(r"^[a-z0-9_]+$")
+SOURCE_ID_RE = re.compile(r"[a-z0-9_]+")  # always fullmatch: `$` would let a trailing newline through
+# Ids become file and directory names, asset keys and pool names; 64 keeps every derived name
+# (e.g. `harvest_<id>_watermark`, `<id>.parquet`) far below file-name limits.
+SOURCE_ID_MAX_LENGTH = 64
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -94,8 +97,15 @@ class SourceConfig(BaseModel):
     @field_validator("id")
     @classmethod
     def _id_is_safe(cls, v: str) -> str:
-        if not SOURCE_ID_RE.match(v):
-            raise ValueError("must be lowercase letters, digits and '_' only (it becomes an asset key and a file name)")
+        if not SOURCE_ID_RE.fullmatch(v):
+            raise ValueError(
+                f"{v!r} must be lowercase letters, digits and '_' only (it becomes an asset key and a file name)"
+            )
+        if len(v) > SOURCE_ID_MAX_LENGTH:
+            raise ValueError(
+                f"must be at most {SOURCE_ID_MAX_LENGTH} characters (it is {len(v)}); "
+                "it becomes file names, asset keys and pool names"
+            )
         return v
 
     @field_validator("url")

@@ -161,6 +161,11 @@ class StagingWindow:
     def outside_window_count(self) -> int:
         return int(self.con.execute("SELECT count(*) FROM page_records WHERE NOT in_window").fetchone()[0])
 
+    def first_identifier(self) -> str | None:
+        """The identifier the traversal started with (a resumed traversal's restart guard needs it)."""
+        row = self.con.execute("SELECT identifier FROM page_records ORDER BY page_number, seq LIMIT 1").fetchone()
+        return row[0] if row else None
+
     def close(self) -> None:
         if self.con is not None:
             self.con.close()

@@ -321,6 +321,17 @@ def test_restart_list_final_token_starts_again(p):
     assert ids(pages[len(clean)]) == ids(clean[0])  # ...that leads back to the first page
 
 
+def test_restart_list_at_restarts_before_the_end(p):
+    clean = walk(p)
+    assert len(clean) >= 3
+    p.set_options(restart_list_at=2)
+    first = oai(p, LIST)
+    second = oai(p, {"verb": "ListRecords", "resumptionToken": token(first).text})
+    third = oai(p, {"verb": "ListRecords", "resumptionToken": token(second).text})
+    assert ids(first) == ids(clean[0]) and ids(second) == ids(clean[1])
+    assert ids(third) == ids(clean[0])  # page 2's token leads back to the first page
+
+
 def test_no_complete_list_size_and_wrong_cursor(p):
     clean = walk(p)
     assert [token(x).get("cursor") for x in clean] == [str(i * PAGE) for i in range(len(clean))]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import json
 import re
 import time
 from datetime import datetime, timedelta
@@ -287,14 +288,16 @@ def test_touch_and_delete_move_records(fresh):
     assert (st["total"], st["live"], st["deleted"]) == (2, 1, 1)
     with pytest.raises(KeyError):
         fresh.touch("oai:demo.harvest:1999-01-01/00000")
-    # the admin endpoints also take form bodies
+    # the admin endpoints take JSON from a plain HTTP client (no Origin); form bodies are
+    # refused, since any web page can make a browser send one (see the cross-origin test)
     conn = http.client.HTTPConnection("127.0.0.1", fresh.port, timeout=10)
-    form = "identifier=" + hs[2].findtext("o:identifier", namespaces=NS).replace(":", "%3A").replace("/", "%2F")
-    conn.request("POST", "/admin/delete", body=form, headers={"Content-Type": "application/x-www-form-urlencoded"})
+    ident2 = hs[2].findtext("o:identifier", namespaces=NS)
+    conn.request("POST", "/admin/delete", body=json.dumps({"identifier": ident2}),
+                 headers={"Content-Type": "application/json"})
     resp = conn.getresponse()
     assert resp.status == 200 and b'"deleted": true' in resp.read()
-    conn.request("POST", "/admin/touch", body="identifier=nope",
-                 headers={"Content-Type": "application/x-www-form-urlencoded"})
+    conn.request("POST", "/admin/touch", body=json.dumps({"identifier": "nope"}),
+                 headers={"Content-Type": "application/json; charset=utf-8"})
     resp = conn.getresponse()
     assert resp.status == 404 and b"idDoesNotExist" in resp.read()
     conn.close()
@@ -340,3 +343,60 @@ def test_bad_option_fails_fast():
         start_demo_provider(pagesize=3)
     with pytest.raises(RuntimeError, match="stderr"):
         start_demo_provider(now="not a date")
+
+
+def _admin_post(port, path, body, headers):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("POST", path, body=body, headers=headers)
+        resp = conn.getresponse()
+        return resp.status, resp.read().decode()
+    finally:
+        conn.close()
+
+
+CROSS_ORIGIN_ATTEMPTS = [
+    # a form on another site: browsers send Origin with a cross-site POST
+    {"Content-Type": "application/x-www-form-urlencoded", "Origin": "http://evil.example"},
+    # a text/plain form whose body is JSON (no CORS preflight for it)
+    {"Content-Type": "text/plain", "Origin": "http://evil.example"},
+    # an older browser: Referer only
+    {"Content-Type": "text/plain", "Referer": "http://evil.example/page.html"},
+    # DNS rebinding: the page's origin and Host are the attacker's name resolving to 127.0.0.1
+    {"Content-Type": "application/json", "Host": "evil.example:{port}", "Origin": "http://evil.example:{port}"},
+    # same host, other port (another local web app)
+    {"Content-Type": "application/json", "Origin": "http://127.0.0.1:1"},
+    # a form with no Origin and no Referer (Referrer-Policy: no-referrer) is still a form
+    {"Content-Type": "text/plain"},
+    {"Content-Type": "multipart/form-data; boundary=x"},
+]
+
+
+def test_admin_endpoints_refuse_cross_origin_and_form_requests(fresh):
+    before = fresh.stats()
+    ident = walk(fresh)[0][0].findtext("o:identifier", namespaces=NS)
+    for headers in CROSS_ORIGIN_ATTEMPTS:
+        headers = {k: v.format(port=fresh.port) for k, v in headers.items()}
+        for path, body in [("/admin/options", '{"deleted_record": "no"}'),
+                           ("/admin/delete", json.dumps({"identifier": ident}))]:
+            status, text = _admin_post(fresh.port, path, body, headers)
+            assert status == 403 and "refused" in text, (path, headers, status, text)
+    assert fresh.options()["deleted_record"] == "persistent"
+    assert fresh.stats() == before  # nothing was deleted
+
+
+def test_admin_endpoints_accept_their_own_origin(fresh):
+    for origin in (f"http://127.0.0.1:{fresh.port}", f"http://localhost:{fresh.port}"):
+        status, text = _admin_post(fresh.port, "/admin/options", '{"page_size": 7}',
+                                   {"Content-Type": "application/json", "Origin": origin})
+        assert status == 200 and json.loads(text)["page_size"] == 7
+
+
+def test_the_ui_and_the_demo_bind_to_loopback_by_default():
+    # Dagster's UI has no authentication and answers any Host header: it must not listen on a
+    # public interface unless someone asks for it (README, "Exposing the UI").
+    from harvest_pipeline.cli import build_parser
+    from harvest_pipeline.demo.__main__ import build_parser as demo_parser
+
+    assert build_parser().parse_args(["dev"]).ui_host == "127.0.0.1"
+    assert demo_parser().parse_args([]).host == "127.0.0.1"

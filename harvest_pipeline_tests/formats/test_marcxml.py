@@ -79,3 +79,77 @@ def test_minimal_record_and_fallbacks():
 def test_empty_record_maps_to_empty_fields():
     r = map_record(parse_xml(f'<record xmlns="{MARC}"/>'))
     assert r.title is None and r.type is None and r.language is None and r.format_name == "marcxml"
+
+
+# The shape Hindawi's OAI-PMH endpoint serves for metadataPrefix=marc21: the record element is
+# prefixed, its children are not, so they fall into the envelope's default (OAI-PMH) namespace.
+UNPREFIXED_CHILDREN_PAGE = """<OAI-PMH xmlns="http://www.openarchives.org/OAI/2.0/" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance">
+  <responseDate>2026-11-20T10:00:00Z</responseDate>
+  <request verb="ListRecords" metadataPrefix="marc21">https://oai.example.org/oai-pmh</request>
+  <ListRecords>
+    <record>
+      <header>
+        <identifier>oai:example.org:10.1155/2013/732393</identifier>
+        <datestamp>2014-01-15T08:21:03Z</datestamp>
+        <setSpec>AAA</setSpec>
+      </header>
+      <metadata>
+        <marc:record xmlns:marc="http://www.loc.gov/MARC21/slim" type="Bibliographic">
+          <leader>00000nab a2200000 i 4500</leader>
+          <controlfield tag="008">140115s2013    xx            000 0 eng d</controlfield>
+          <datafield tag="024" ind1="7" ind2=" ">
+            <subfield code="a">10.1155/2013/732393</subfield>
+            <subfield code="2">doi</subfield>
+          </datafield>
+          <datafield tag="100" ind1="1" ind2=" ">
+            <subfield code="a">Okafor, Chidi</subfield>
+          </datafield>
+          <datafield tag="245" ind1="1" ind2="0">
+            <subfield code="a">On the stability of a delayed predator-prey model</subfield>
+          </datafield>
+          <datafield tag="260" ind1=" " ind2=" ">
+            <subfield code="b">Hindawi Publishing Corporation</subfield>
+            <subfield code="c">2013</subfield>
+          </datafield>
+          <datafield tag="700" ind1="1" ind2=" ">
+            <subfield code="a">Lindqvist, Maria</subfield>
+          </datafield>
+          <datafield tag="856" ind1="4" ind2="0">
+            <subfield code="u">https://www.example.org/journals/aaa/2013/732393/</subfield>
+          </datafield>
+        </marc:record>
+      </metadata>
+    </record>
+  </ListRecords>
+</OAI-PMH>
+"""
+
+
+def _payload_of_the_sample_page():
+    from harvest_pipeline.oai import parse_list_records
+
+    page = parse_list_records(UNPREFIXED_CHILDREN_PAGE.encode(), url="https://oai.example.org/oai-pmh")
+    [rec] = page.records
+    return rec.metadata
+
+
+def test_unprefixed_children_in_the_envelopes_namespace_are_read_by_local_name():
+    # <marc:record> whose datafield/subfield children fall into the OAI-PMH default namespace
+    r = map_record(_payload_of_the_sample_page())
+    assert r.format_name == "marcxml"
+    assert r.title == "On the stability of a delayed predator-prey model"
+    assert r.creators == ["Okafor, Chidi", "Lindqvist, Maria"]
+    assert r.doi == "10.1155/2013/732393"
+    assert r.date == "2013" and r.language == "eng" and r.type == "Language material"
+    assert r.url == "https://www.example.org/journals/aaa/2013/732393/"
+
+
+def test_children_in_two_foreign_namespaces_are_ambiguous_and_say_so():
+    doc = parse_xml(
+        f'<m:record xmlns:m="{MARC}" xmlns:a="urn:a" xmlns:b="urn:b">'
+        '<a:datafield tag="245"><a:subfield code="a">One</a:subfield></a:datafield>'
+        '<b:datafield tag="245"><b:subfield code="a">Two</b:subfield></b:datafield></m:record>'
+    )
+    with pytest.raises(MappingError, match="nothing") as info:
+        map_record(doc)
+    assert info.value.format_name == "marcxml"

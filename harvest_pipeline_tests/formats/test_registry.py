@@ -188,3 +188,27 @@ def test_formats_package_does_not_import_dagster():
 
     code = "import sys, harvest_pipeline.formats; sys.exit(1 if any(m.split('.')[0] == 'dagster' for m in sys.modules) else 0)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        # Dublin Core elements in a namespace the mapper does not know
+        '<oai_dc:dc xmlns:oai_dc="http://www.openarchives.org/OAI/2.0/oai_dc/" xmlns:x="urn:not-dc">'
+        "<x:title>A title</x:title><x:creator>Someone</x:creator></oai_dc:dc>",
+        # a DataCite resource whose children sit in another namespace
+        '<resource xmlns="http://datacite.org/schema/kernel-4"><t:titles xmlns:t="urn:x">'
+        "<t:title>A title</t:title></t:titles></resource>",
+    ],
+)
+def test_a_mapper_that_gets_nothing_out_of_a_non_empty_payload_reports_it(payload):
+    element = etree.fromstring(payload.encode())
+    with pytest.raises(MappingError) as info:
+        map_record(element)
+    msg = str(info.value)
+    assert "nothing" in msg and "A title" not in msg and info.value.format_name in ("oai_dc", "datacite")
+
+
+def test_an_empty_payload_is_not_a_mapping_error():
+    r = map_record(etree.fromstring(b'<oai_dc:dc xmlns:oai_dc="http://www.openarchives.org/OAI/2.0/oai_dc/"/>'))
+    assert r.format_name == "oai_dc" and r.title is None

@@ -52,3 +52,20 @@ def test_unmappable_metadata_is_stored_raw_and_quarantined_as_map():
     assert row["metadata_xml"].startswith("<thing") and row["title"] is None and "urn:nobody-maps-this" in row["mapping_error"]
     [(page_number, ident, kind, error, raw)] = quarantined
     assert (page_number, ident, kind) == (1, "a", "map") and raw.startswith(b"<thing")
+
+
+def test_a_restart_after_the_whole_list_ends_it_and_drops_the_repeats():
+    g = _Guards(0)
+    assert g.check(_page(["a", "b"], "t1", size=4), 4, 1) == []
+    assert g.check(_page(["c", "d"], "t2", size=4, n=2), 4, 2) == []
+    restart = _page(["a", "b"], "t3", size=4, n=3)
+    [warning] = g.check(restart, 4, 3)
+    assert "started the list again" in warning and "all 4 record(s)" in warning
+    assert restart.records == [] and restart.next_token is None and g.list_ended
+    assert g.learned == {"final-token-restarts-list"}
+
+
+def test_a_restart_before_the_end_still_stops_at_the_guard_even_after_a_resume():
+    g = _Guards(2, first_identifier="a")  # resumed after page 1 (a, b): the staging file knows "a"
+    with pytest.raises(ProtocolError, match="guard 'list-restarted'.*after 2 record.*of completeListSize 6"):
+        g.check(_page(["a", "b"], "t2", size=6, n=2), 6, 2)

@@ -93,7 +93,12 @@ def test_hostile_xml_fails_the_window_with_a_clear_error(demo, db_path, attack):
 
 
 @pytest.mark.parametrize(
-    "fault, guard", [({"repeat_token": 1}, "repeated-token"), ({"restart_list": True}, "list-restarted")]
+    "fault, guard",
+    [
+        ({"repeat_token": 1}, "repeated-token"),
+        ({"restart_list_at": 2}, "list-restarted"),  # restarts before the end
+        ({"restart_list": True, "no_complete_list_size": True}, "list-restarted"),  # cannot prove the end
+    ],
 )
 def test_looping_servers_stop_at_a_named_guard(demo, db_path, fault, guard):
     demo.set_options(**fault)
@@ -102,6 +107,25 @@ def test_looping_servers_stop_at_a_named_guard(demo, db_path, fault, guard):
     assert f"guard '{guard}'" in str(err.value)
     row = ledger_row(db_path)
     assert row.status == ledger.FAILED and guard in row.error
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_a_final_token_that_restarts_the_list_ends_it_after_the_whole_list(demo, db_path, clean, full):
+    # pycsw 2.x in OAI-PMH mode: the last page's token starts the list again from its first record
+    demo.set_options(restart_list=True)
+    report = harvest_window(demo_source(demo, http=FAST_RETRIES), day_window(3), db_path=db_path, full=full)
+    assert report.status == ledger.VERIFIED and report.cursor_closed and report.duplicates == 0
+    assert report.counts.received == report.complete_list_size
+    assert any("started the list again" in w and "dropped" in w for w in report.warnings)
+    if not full:
+        assert content(db_path) == clean
+    with connect(db_path) as con:
+        assert "final-token-restarts-list" in ledger.get_quirks(con, "demo")
+    # the quirk is remembered: without completeListSize the same ending is then accepted (unproven)
+    demo.set_options(restart_list=True, no_complete_list_size=True)
+    report = harvest(demo, db_path)
+    assert report.status == ledger.UNPROVEN and report.duplicates == 0
+    assert any("as it did before" in w for w in report.warnings)
 
 
 def test_no_complete_list_size_is_unproven_not_silently_passed(demo, db_path, clean):

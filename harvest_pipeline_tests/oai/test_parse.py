@@ -428,3 +428,28 @@ def test_metadata_xml_is_canonical_whatever_the_page_declares():
     b = parse_list_records(busy, URL, PARAMS, 1).records[0].metadata_xml
     assert a == b
     assert "OAI/2.0/\"" not in a and "urn:x" not in a  # no envelope namespaces leak in
+
+
+def test_an_identifier_with_control_characters_is_kept_apart_not_merged():
+    from harvest_pipeline.xmlrepair import unescape_identifier
+
+    page_xml = (
+        '<?xml version="1.0" encoding="UTF-8"?><OAI-PMH xmlns="http://www.openarchives.org/OAI/2.0/">'
+        "<responseDate>2026-11-02T00:00:00Z</responseDate><request>http://x/oai</request><ListRecords>"
+        + "".join(
+            f"<record><header><identifier>{i}</identifier><datestamp>2026-11-01T01:00:00Z</datestamp></header>"
+            '<metadata><oai_dc:dc xmlns:oai_dc="http://www.openarchives.org/OAI/2.0/oai_dc/" '
+            f'xmlns:dc="http://purl.org/dc/elements/1.1/"><dc:identifier>{i}</dc:identifier></oai_dc:dc></metadata></record>'
+            for i in ("nul\x00byte", "nulbyte", "tab\x0bbed")
+        )
+        + "</ListRecords></OAI-PMH>"
+    ).encode()
+    page = parse_list_records(page_xml, url="http://x/oai")
+    ids = [r.identifier for r in page.records]
+    assert ids == ["nul\u2400byte", "nulbyte", "tab\u240bbed"]
+    assert len(set(ids)) == 3
+    assert page.repaired_identifiers == [("nul\u2400byte", "nul\x00byte"), ("tab\u240bbed", "tab\x0bbed")]
+    assert [unescape_identifier(s) for s, _ in page.repaired_identifiers] == ["nul\x00byte", "tab\x0bbed"]
+    assert any("kept apart" in w and "nul\u2400byte" in w for w in page.warnings)
+    # inside the metadata the ordinary repair applies: the characters are removed
+    assert ">nulbyte</dc:identifier>" in page.records[0].metadata_xml

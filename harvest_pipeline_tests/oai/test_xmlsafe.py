@@ -179,3 +179,86 @@ def test_declared_latin1_bytes_are_decoded_by_the_declaration():
 def test_text_input_is_rejected():
     with pytest.raises(TypeError):
         parse_xml("<a/>")  # type: ignore[arg-type]
+
+
+# --- DTDs in documents whose bytes do not spell "<!DOCTYPE" in ASCII ------------------------
+
+def _utf7_all_base64(text: str) -> bytes:
+    """UTF-7 where every character is base64-shifted, so not one markup byte is ASCII."""
+    import base64
+
+    return b"+" + base64.b64encode(text.encode("utf-16-be")).rstrip(b"=") + b"-"
+
+
+def _ucs4_2143(text: str) -> bytes:
+    raw = text.encode("utf-32-be")
+    return b"".join(raw[i + 1:i + 2] + raw[i:i + 1] + raw[i + 3:i + 4] + raw[i + 2:i + 3]
+                    for i in range(0, len(raw), 4))
+
+
+_HOSTILE_ENCODINGS = {
+    "utf-7 shifted": lambda body: b'<?xml version="1.0" encoding="UTF-7"?>' + _utf7_all_base64(body),
+    "utf-7 declared only": lambda body: ('<?xml version="1.0" encoding="UTF-7"?>' + body).encode("utf-7"),
+    "utf-16 without a BOM": lambda body: ('<?xml version="1.0" encoding="UTF-16"?>' + body).encode("utf-16-be"),
+    "utf-32 without a BOM": lambda body: ('<?xml version="1.0" encoding="UTF-32"?>' + body).encode("utf-32-le"),
+    "utf-16 BOM, declared UTF-7": lambda body: ('<?xml version="1.0" encoding="UTF-7"?>' + body).encode("utf-16"),
+    "ebcdic": lambda body: ('<?xml version="1.0" encoding="IBM037"?>' + body).encode("cp037"),
+    "ucs-4 2143": lambda body: _ucs4_2143('<?xml version="1.0" encoding="UCS-4"?>' + body),
+    "iso-2022-jp": lambda body: b'<?xml version="1.0" encoding="ISO-2022-JP"?>' + body.encode("iso-2022-jp"),
+}
+
+
+@pytest.fixture
+def fifo_dtd(tmp_path):
+    """A named pipe a DTD points at: the writer's open() returns only if someone opens it to read.
+
+    That tells for certain whether libxml2 opened the file, whatever the file system's atime
+    policy, and gives it nothing to read but a harmless entity if it did.
+    """
+    import os
+
+    fifo = tmp_path / "probe.dtd"
+    os.mkfifo(fifo)
+    opened = threading.Event()
+
+    def writer():
+        with open(fifo, "wb") as f:
+            opened.set()
+            f.write(b'<!ENTITY leak "LEAKED-FROM-FILE">')
+
+    t = threading.Thread(target=writer, daemon=True)
+    t.start()
+    yield str(fifo), opened
+    if not opened.is_set():  # release the writer thread
+        fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        t.join(2)
+        os.close(fd)
+
+
+@pytest.mark.parametrize("encoding", sorted(_HOSTILE_ENCODINGS))
+def test_a_dtd_is_refused_in_any_encoding_before_libxml2_opens_what_it_names(fifo_dtd, encoding):
+    path, opened = fifo_dtd
+    body = f'<!DOCTYPE a SYSTEM "{path}"><a>&leak;</a>'
+    doc = _HOSTILE_ENCODINGS[encoding](body)
+    with pytest.raises((XMLSecurityError, MalformedXMLError)) as ei:
+        parse_xml(doc, url=URL)
+    assert URL in str(ei.value)
+    time.sleep(0.2)
+    assert not opened.is_set(), f"libxml2 opened the file a {encoding} DOCTYPE named"
+
+
+@pytest.mark.parametrize(
+    "encoding, word",
+    [("UTF-7", "caf\u00e9"), ("UTF-16", "caf\u00e9"), ("UTF-32", "caf\u00e9"), ("ISO-2022-JP", "\u65e5\u672c"),
+     ("ISO-8859-15", "caf\u00e9 \u20ac"), ("windows-1252", "caf\u00e9 \u20ac")],
+)
+def test_documents_in_other_encodings_without_a_dtd_still_parse(encoding, word):
+    text = f'<?xml version="1.0" encoding="{encoding}"?><a x="1">{word} &amp; <b>{word}</b></a>'
+    root = parse_xml(text.encode(encoding.lower().replace("windows-", "cp")), url=URL)
+    assert (root.tag, root.get("x"), root.text, root.find("b").text) == ("a", "1", f"{word} & ", word)
+
+
+def test_an_unknown_encoding_is_refused_with_a_clear_error():
+    with pytest.raises(MalformedXMLError) as ei:
+        parse_xml(b'<?xml version="1.0" encoding="X-NO-SUCH"?><a/>', url=URL)
+    assert "X-NO-SUCH" in str(ei.value) and URL in str(ei.value)

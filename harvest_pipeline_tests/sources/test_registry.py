@@ -64,3 +64,22 @@ def test_secrets_come_from_env_and_are_required_when_used(tmp_path, monkeypatch)
     assert src.http_headers() == {"X-Api-Key": "s3cret"}
     assert src.http_auth() == ("u", "p")
     assert "s3cret" not in repr(src)
+
+
+@pytest.mark.parametrize(
+    "id_yaml, needle",
+    [
+        # `$` in a pattern also matches before a trailing newline; the id must match whole.
+        ('"demo\\n"', "lowercase letters"),
+        ("a" * 65, "at most 64 characters"),
+    ],
+)
+def test_source_id_is_validated_whole_and_bounded(tmp_path, id_yaml, needle):
+    with pytest.raises(ConfigError) as err:
+        load_sources(_write(tmp_path, f"sources:\n  - id: {id_yaml}\n    url: http://x/oai\n"))
+    assert "field 'id'" in str(err.value) and needle in str(err.value)
+
+
+def test_a_source_id_of_the_maximum_length_is_accepted(tmp_path):
+    [src] = load_sources(_write(tmp_path, f"sources:\n  - id: {'a' * 64}\n    url: http://x/oai\n"))
+    assert src.id == "a" * 64
