@@ -193,8 +193,7 @@ def harvest_window(
                 con, source_id=source.id, window_start=window.start, window_end=window.end,
                 partition_key=window.key, run_id=run_id, from_param=from_param, until_param=until_param,
             )
-        if hasattr(lister, "apply_quirks"):
-            lister.apply_quirks(known_quirks)
+        lister.apply_quirks(known_quirks)
 
         staging = StagingWindow(staging_path(db_path, source.id, window.start))
         cursor = staging.cursor()
@@ -239,7 +238,7 @@ def harvest_window(
                 warnings.append(f"{outside} records had datestamps outside the requested window (kept)")
             if counts.quarantined:
                 warnings.append(f"{counts.quarantined} record(s) quarantined (see the quarantine table)")
-            new_quirks = set(getattr(lister, "quirks", ())) - known_quirks
+            new_quirks = set(lister.quirks) - known_quirks
             if new_quirks:
                 ledger.add_quirks(con, source.id, new_quirks)
                 warnings.append(f"server quirk(s) detected and remembered for this source: {', '.join(sorted(new_quirks))}")
@@ -405,8 +404,7 @@ def _prepared_pages(source, window, lister, pages, *, received_before, pages_bef
         warnings = [*page.warnings, *guards.check(page, size, page.page_number)]
         if page.quarantined:
             warnings += _fetch_unreadable_again(lister, page)
-        if hasattr(lister, "drain_warnings"):
-            warnings += lister.drain_warnings()
+        warnings += lister.drain_warnings()
         if seconds_granularity:
             day_only = sum(1 for r in page.records if len(r.datestamp) == 10)
             if day_only:
@@ -421,15 +419,14 @@ def _fetch_unreadable_again(lister: Lister, page) -> list[str]:
     A record that then parses joins the page (its broken copy stays in quarantine, kind
     'recovered', for the audit); one that still fails stays quarantined as unreadable.
     """
-    fetch = getattr(lister, "fetch_record", None)
     notes = []
     still_broken = []
     for q in page.quarantined:
-        if fetch is None or not q.identifier:
+        if not q.identifier:
             still_broken.append(q)
             continue
         try:
-            page.records.append(fetch(q.identifier))
+            page.records.append(lister.get_record(q.identifier))
         except HarvestError as exc:
             still_broken.append(q)
             notes.append(f"record {q.identifier}: unreadable in the list and again alone ({exc.message})")
