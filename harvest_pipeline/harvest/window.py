@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from contextlib import AbstractContextManager
@@ -26,6 +27,8 @@ from harvest_pipeline.store.staging import StagingWindow, staging_path
 
 Connect = Callable[[], AbstractContextManager[duckdb.DuckDBPyConnection]]
 Progress = Callable[[dict], None]
+
+log = logging.getLogger(__name__)
 
 # How often an expired token may restart the window before we give up.
 MAX_RESTARTS = 2
@@ -438,7 +441,11 @@ def _fetch_unreadable_again(lister: Lister, page) -> list[str]:
 
 
 def _record_failure(connect: Connect, source: SourceConfig, window: Window, exc: BaseException) -> None:
-    """Mark the window failed (or deferred) in the ledger; never mask the original error."""
+    """Mark the window failed (or deferred) in the ledger; never mask the original error.
+
+    A catalogue that cannot take the mark (locked, full disk) is logged and the original error
+    goes on: the ledger then still says `running`, and the next run of the window takes over.
+    """
     text = str(exc) if isinstance(exc, HarvestError) else f"{type(exc).__name__}: {exc}"
     try:
         with connect() as con:
@@ -449,5 +456,10 @@ def _record_failure(connect: Connect, source: SourceConfig, window: Window, exc:
                 )
             else:
                 ledger.fail_window(con, source_id=source.id, window=window, error=text)
-    except Exception:
-        pass
+    except (HarvestError, duckdb.Error, OSError) as ledger_error:
+        log.warning(
+            "source %s, window %s: could not mark the window %s in the ledger (%s: %s); "
+            "the error that ended the run follows. The ledger still says running until the window runs again",
+            source.id, window.key, "deferred" if isinstance(exc, DeferredError) else "failed",
+            type(ledger_error).__name__, ledger_error,
+        )

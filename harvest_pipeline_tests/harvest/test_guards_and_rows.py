@@ -1,6 +1,6 @@
 """Pagination guards and the per-page row builder, from hand-made pages (no server)."""
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from lxml import etree
@@ -52,3 +52,31 @@ def test_unmappable_metadata_is_stored_raw_and_quarantined_as_map():
     assert row["metadata_xml"].startswith("<thing") and row["title"] is None and "urn:nobody-maps-this" in row["mapping_error"]
     [(page_number, ident, kind, error, raw)] = quarantined
     assert (page_number, ident, kind) == (1, "a", "map") and raw.startswith(b"<thing")
+
+
+def test_a_ledger_that_cannot_take_the_failure_is_logged_not_hidden(caplog):
+    from contextlib import contextmanager
+
+    from harvest_pipeline.errors import StoreLockedError
+    from harvest_pipeline.harvest.window import Window, _record_failure
+    from harvest_pipeline.sources import SourceConfig
+
+    @contextmanager
+    def locked():
+        raise StoreLockedError("catalogue data/harvest.duckdb is locked", hint="wait")
+        yield
+
+    window = Window(T0, T0 + timedelta(days=1), "2026-11-01")
+    source = SourceConfig(id="demo", url="http://127.0.0.1:9/oai")
+    with caplog.at_level("WARNING", logger="harvest_pipeline.harvest.window"):
+        _record_failure(locked, source, window, RuntimeError("the page loop broke"))
+    assert "source demo, window 2026-11-01: could not mark the window failed" in caplog.text
+    assert "StoreLockedError" in caplog.text and "is locked" in caplog.text
+
+    @contextmanager
+    def broken():
+        raise TypeError("a bug in the ledger code")
+        yield
+
+    with pytest.raises(TypeError):  # a bug is not a store failure: it is not swallowed
+        _record_failure(broken, source, window, RuntimeError("the page loop broke"))
