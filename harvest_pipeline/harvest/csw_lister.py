@@ -10,12 +10,14 @@
 * ``pages()``: GetRecords pages; the durable token is the next ``startPosition``.
 * ``identifiers()``: brief-record pages of everything upstream (for reconciliation);
   ``get_record(identifier)``: GetRecordById (for re-harvests by identifier).
+* No quirks are learned yet; the client adds its transport warnings to each page itself, so
+  ``drain_warnings()`` only returns what came after (a GetRecordById, say).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
-from typing import Iterator
 
 from harvest_pipeline.csw import CswCapabilities, CSWClient, WindowConstraint
 from harvest_pipeline.csw.build import build_get_records, format_instant
@@ -28,6 +30,8 @@ from harvest_pipeline.sources.registry import CswSettings
 
 
 class CswLister:
+    """The Lister of `protocol: csw` sources."""
+
     def __init__(self, source: SourceConfig, client: CSWClient | None = None, state_dir=None):
         self.source = source
         self.settings: CswSettings = source.csw or CswSettings()
@@ -93,6 +97,18 @@ class CswLister:
                 "deleted_record": "no",
             }
         return dict(self._described)
+
+    @property
+    def quirks(self) -> set[str]:
+        """Nothing worked around that needs remembering: CSW servers are checked by capabilities."""
+        return set()
+
+    def apply_quirks(self, quirks: Iterable[str]) -> None:
+        """Nothing to apply: no CSW quirk is learned (see :attr:`quirks`)."""
+
+    def drain_warnings(self) -> list[str]:
+        """What the transport went through since the client last put it on a page."""
+        return self.client.transport.drain_warnings()
 
     # -- windows ----------------------------------------------------------------------
 

@@ -109,13 +109,6 @@ def _tombstone_hash(set_specs: list[str] | None) -> str:
     return content_hash(None, tuple(set_specs or ()), True)
 
 
-def _listing_pages(lister: Lister):
-    """The lister's identifier listing, or (CSW and other listers without one) its full listing."""
-    if hasattr(lister, "identifiers"):
-        return lister.identifiers()
-    return lister.pages(from_param=None, until_param=None, resume_token=None)
-
-
 def reconcile_source(
     source: SourceConfig,
     *,
@@ -137,7 +130,7 @@ def reconcile_source(
             lister = lister or lister_for(source, state_dir=Path(db_path).parent / "hosts")
             described = lister.describe()
             size, listed = None, 0
-            for n, page in enumerate(_listing_pages(lister), 1):
+            for n, page in enumerate(lister.identifiers(), 1):
                 if size is None:
                     size = page.resumption.complete_list_size
                 listing.add([r.identifier for r in page.records], [r.deleted for r in page.records])
@@ -146,7 +139,7 @@ def reconcile_source(
                     progress({"source_id": source.id, "pages": n, "listed": listed, "complete_list_size": size})
         except HarvestError as exc:
             raise exc.with_context(source_id=source.id, window="reconcile", hint="nothing was deleted; run the reconciliation again") from None
-        verb = getattr(lister, "identifiers_verb", None) or "full listing"
+        verb = lister.identifiers_verb or "full listing"
         listing.close()
 
         with connect() as con:

@@ -64,19 +64,6 @@ def selected_window(now: datetime | None = None) -> Window:
     return Window(now, now, f"selected-{now:%Y-%m-%dT%H:%M:%SZ}")
 
 
-def _getter(lister: Lister, source: SourceConfig) -> Callable[[str], HarvestedRecord]:
-    if hasattr(lister, "get_record"):
-        return lister.get_record
-    client = getattr(lister, "client", None)
-    if client is not None and hasattr(client, "get_record"):
-        return lambda identifier: client.get_record(identifier, source.metadata_prefix)
-    raise ConfigError(
-        f"re-harvest by identifier is not supported for protocol {source.protocol}",
-        source_id=source.id,
-        hint="harvest the record's window, or run a full harvest",
-    )
-
-
 def _unique(identifiers: list[str]) -> list[str]:
     out = list(dict.fromkeys(i.strip() for i in identifiers if i and i.strip()))
     if not out:
@@ -108,13 +95,12 @@ def harvest_selected(
         staging.start_attempt(attempt_id, "selected")
         try:
             lister = lister or lister_for(source, state_dir=Path(db_path).parent / "hosts")
-            get = _getter(lister, source)
             not_found: list[str] = []
             batch: list[HarvestedRecord] = []
             page_number = 0
             for n, identifier in enumerate(requested, 1):
                 try:
-                    batch.append(get(identifier))
+                    batch.append(lister.get_record(identifier))
                 except IdDoesNotExist:
                     not_found.append(identifier)
                 if len(batch) >= PAGE_SIZE or (n == len(requested) and batch):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from contextlib import AbstractContextManager
@@ -27,6 +28,8 @@ from harvest_pipeline.store.staging import StagingWindow, staging_path
 
 Connect = Callable[[], AbstractContextManager[duckdb.DuckDBPyConnection]]
 Progress = Callable[[dict], None]
+
+log = logging.getLogger(__name__)
 
 # How often an expired token may restart the window before we give up.
 MAX_RESTARTS = 2
@@ -197,8 +200,7 @@ def harvest_window(
                 con, source_id=source.id, window_start=window.start, window_end=window.end,
                 partition_key=window.key, run_id=run_id, from_param=from_param, until_param=until_param,
             )
-        if hasattr(lister, "apply_quirks"):
-            lister.apply_quirks(known_quirks)
+        lister.apply_quirks(known_quirks)
 
         staging = StagingWindow(staging_path(db_path, source.id, window.start))
         cursor = staging.cursor()
@@ -244,7 +246,7 @@ def harvest_window(
                 warnings.append(f"{outside} records had datestamps outside the requested window (kept)")
             if counts.quarantined:
                 warnings.append(f"{counts.quarantined} record(s) quarantined (see the quarantine table)")
-            new_quirks = (set(getattr(lister, "quirks", ())) | quirks) - known_quirks
+            new_quirks = (set(lister.quirks) | quirks) - known_quirks
             if new_quirks:
                 ledger.add_quirks(con, source.id, new_quirks)
                 warnings.append(f"server quirk(s) detected and remembered for this source: {', '.join(sorted(new_quirks))}")
@@ -445,8 +447,7 @@ def _prepared_pages(source, window, lister, pages, *, guards, pages_before, size
         warnings = [*page.warnings, *guards.check(page, size, page.page_number)]
         if page.quarantined:
             warnings += _fetch_unreadable_again(lister, page)
-        if hasattr(lister, "drain_warnings"):
-            warnings += lister.drain_warnings()
+        warnings += lister.drain_warnings()
         if seconds_granularity:
             day_only = sum(1 for r in page.records if len(r.datestamp) == 10)
             if day_only:
@@ -465,15 +466,14 @@ def _fetch_unreadable_again(lister: Lister, page) -> list[str]:
     A record that then parses joins the page (its broken copy stays in quarantine, kind
     'recovered', for the audit); one that still fails stays quarantined as unreadable.
     """
-    fetch = getattr(lister, "fetch_record", None)
     notes = []
     still_broken = []
     for q in page.quarantined:
-        if fetch is None or not q.identifier:
+        if not q.identifier:
             still_broken.append(q)
             continue
         try:
-            page.records.append(fetch(q.identifier))
+            page.records.append(lister.get_record(q.identifier))
         except HarvestError as exc:
             still_broken.append(q)
             notes.append(f"record {q.identifier}: unreadable in the list and again alone ({exc.message})")
@@ -485,7 +485,11 @@ def _fetch_unreadable_again(lister: Lister, page) -> list[str]:
 
 
 def _record_failure(connect: Connect, source: SourceConfig, window: Window, exc: BaseException) -> None:
-    """Mark the window failed (or deferred) in the ledger; never mask the original error."""
+    """Mark the window failed (or deferred) in the ledger; never mask the original error.
+
+    A catalogue that cannot take the mark (locked, full disk) is logged and the original error
+    goes on: the ledger then still says `running`, and the next run of the window takes over.
+    """
     text = str(exc) if isinstance(exc, HarvestError) else f"{type(exc).__name__}: {exc}"
     try:
         with connect() as con:
@@ -496,5 +500,10 @@ def _record_failure(connect: Connect, source: SourceConfig, window: Window, exc:
                 )
             else:
                 ledger.fail_window(con, source_id=source.id, window=window, error=text)
-    except Exception:
-        pass
+    except (HarvestError, duckdb.Error, OSError) as ledger_error:
+        log.warning(
+            "source %s, window %s: could not mark the window %s in the ledger (%s: %s); "
+            "the error that ended the run follows. The ledger still says running until the window runs again",
+            source.id, window.key, "deferred" if isinstance(exc, DeferredError) else "failed",
+            type(ledger_error).__name__, ledger_error,
+        )

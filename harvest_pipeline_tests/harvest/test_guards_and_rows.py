@@ -1,6 +1,6 @@
 """Pagination guards and the per-page row builder, from hand-made pages (no server)."""
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from lxml import etree
@@ -69,3 +69,31 @@ def test_a_restart_before_the_end_still_stops_at_the_guard_even_after_a_resume()
     g = _Guards(2, first_identifier="a")  # resumed after page 1 (a, b): the staging file knows "a"
     with pytest.raises(ProtocolError, match="guard 'list-restarted'.*after 2 record.*of completeListSize 6"):
         g.check(_page(["a", "b"], "t2", size=6, n=2), 6, 2)
+
+
+def test_a_ledger_that_cannot_take_the_failure_is_logged_not_hidden(caplog):
+    from contextlib import contextmanager
+
+    from harvest_pipeline.errors import StoreLockedError
+    from harvest_pipeline.harvest.window import Window, _record_failure
+    from harvest_pipeline.sources import SourceConfig
+
+    @contextmanager
+    def locked():
+        raise StoreLockedError("catalogue data/harvest.duckdb is locked", hint="wait")
+        yield
+
+    window = Window(T0, T0 + timedelta(days=1), "2026-11-01")
+    source = SourceConfig(id="demo", url="http://127.0.0.1:9/oai")
+    with caplog.at_level("WARNING", logger="harvest_pipeline.harvest.window"):
+        _record_failure(locked, source, window, RuntimeError("the page loop broke"))
+    assert "source demo, window 2026-11-01: could not mark the window failed" in caplog.text
+    assert "StoreLockedError" in caplog.text and "is locked" in caplog.text
+
+    @contextmanager
+    def broken():
+        raise TypeError("a bug in the ledger code")
+        yield
+
+    with pytest.raises(TypeError):  # a bug is not a store failure: it is not swallowed
+        _record_failure(broken, source, window, RuntimeError("the page loop broke"))

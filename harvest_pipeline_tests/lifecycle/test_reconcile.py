@@ -20,7 +20,7 @@ from harvest_pipeline.defs.reconcile import (
 from harvest_pipeline.demo.process import start_demo_provider
 from harvest_pipeline.errors import ConfigError, HTTPStatusError
 from harvest_pipeline.harvest import harvest_window
-from harvest_pipeline.harvest.listers import OaiLister
+from harvest_pipeline.harvest.oai_lister import OaiLister
 from harvest_pipeline.harvest.reconcile import guard, reconcile_source
 from harvest_pipeline.oai.client import OAIClient
 from harvest_pipeline.sources.registry import ReconcileSettings, SourceConfig
