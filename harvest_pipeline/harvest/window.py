@@ -424,7 +424,9 @@ def _prepared_pages(source, window, lister, pages, *, received_before, pages_bef
             day_only = sum(1 for r in page.records if len(r.datestamp) == 10)
             if day_only:
                 warnings.append(f"page {page.page_number}: {day_only} datestamp(s) have day granularity although Identify says seconds")
-        rows, quarantined = page_rows(page, metadata_prefix=record_format_label(source), window_start=window.start, window_end=window.end)
+        # Records from the overlap were asked for: only those outside what we asked count as outside.
+        asked_from = window.start - timedelta(seconds=source.overlap_seconds)
+        rows, quarantined = page_rows(page, metadata_prefix=record_format_label(source), window_start=asked_from, window_end=window.end)
         yield page, rows, quarantined, warnings
 
 

@@ -103,3 +103,19 @@ def test_the_run_that_loses_the_windows_lock_leaves_the_ledger_row_to_the_winner
     assert (status, int(received)) == (ledger.VERIFIED, expected["total"])
     row = _ledger_row(db, window)
     assert (row["status"], row["run_id"], row["error"], row["attempts"]) == (ledger.VERIFIED, winner_run, None, 1)
+
+
+def test_records_the_overlap_asked_for_are_not_reported_as_outside_the_window(shared_demo, db_path):
+    """`overlap_seconds` asks for the hours before the window on purpose: what comes back from
+    there is what was asked for, not a server ignoring the dates."""
+    window = day_window(3)
+    source = demo_source(shared_demo, overlap_seconds=6 * 3600)
+    report = harvest_window(source, window, db_path=db_path)
+    with connect(db_path) as con:
+        through_overlap = con.execute(
+            "SELECT count(*) FROM records WHERE datestamp < ?", [window.start.replace(tzinfo=None)]
+        ).fetchone()[0]
+    assert through_overlap > 0  # the overlap did bring records from before the window
+    assert report.status == ledger.VERIFIED
+    assert report.outside_window == 0
+    assert not any("outside the requested window" in w for w in report.warnings), report.warnings
