@@ -90,6 +90,10 @@ class StoreLockedError(HarvestError):
     """The DuckDB file stayed locked by another process longer than we were willing to wait."""
 
 
+class WindowBusyError(StoreLockedError):
+    """Another run holds the window's lock: this run never owned the window and changes nothing."""
+
+
 class HTTPStatusError(TransportError):
     """The server answered with a non-2xx HTTP status. Carries what a retry layer needs."""
 
@@ -103,9 +107,10 @@ class DeferredError(HarvestError):
     """The server asked us to come back later than we are willing to wait (Retry-After beyond
     the cap, or its clock is behind the window's end): the window is deferred, not failed."""
 
-    def __init__(self, message: str, *, retry_after_seconds: float, **kw):
+    def __init__(self, message: str, *, retry_after_seconds: float, response_date: str | None = None, **kw):
         super().__init__(message, **kw)
         self.retry_after_seconds = retry_after_seconds
+        self.response_date = response_date  # the server's clock, when it is the reason
 
 
 class ResponseTooLarge(TransportError):

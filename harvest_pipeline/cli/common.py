@@ -18,3 +18,24 @@ def json_default(value):
     if isinstance(value, (datetime, date)):
         return value.isoformat()
     return str(value)
+
+
+def failure_cause(result) -> str:
+    """Why a Dagster run failed, in one line: the error our code raised, not Dagster's wrapper.
+
+    Dagster reports an op's exception as "Error occurred while executing op ..." with the
+    real error as its cause (or context); `result` is an ExecuteInProcessResult.
+    """
+    error = next((e.step_failure_data.error for e in result.all_events if e.is_step_failure), None)
+    if error is None:
+        return "run failed"
+    while error.cls_name.startswith("Dagster") and (error.cause or error.context):
+        error = error.cause or error.context
+    text = " ".join(line.strip() for line in error.message.splitlines() if line.strip())
+    qualified, sep, rest = text.partition(": ")
+    if not sep or not qualified.endswith(error.cls_name):
+        return text or "run failed"
+    # Our errors and dg.Failure say what happened in their own words; others need their class.
+    if qualified.startswith("harvest_pipeline.") or error.cls_name == "Failure":
+        return rest
+    return f"{error.cls_name}: {rest}"

@@ -7,7 +7,7 @@ import os
 import sys
 from datetime import datetime, timezone
 
-from harvest_pipeline.cli.common import parse_day
+from harvest_pipeline.cli.common import failure_cause, parse_day
 from harvest_pipeline.home import ensure_dagster_home
 
 
@@ -117,9 +117,7 @@ def cmd_harvest(args: argparse.Namespace) -> int:
                     f"{meta.get('deletions', 0)} deletions, {meta.get('pages', 0)} pages: {verdict}"
                 )
             else:
-                err = next((e.step_failure_data.error for e in result.all_events if e.is_step_failure), None)
-                msg = err.message.strip().splitlines()[-1] if err else "run failed"
-                print(f"[{i}/{len(selected)}] {key}: FAILED: {msg}  (run {result.run_id})")
+                print(f"[{i}/{len(selected)}] {key}: FAILED: {failure_cause(result)}  (run {result.run_id})")
     finally:
         unsubscribe()
     watermark = _advance_watermark(args.source, partitions_def)
@@ -149,14 +147,6 @@ def _advance_watermark(source_id: str, partitions_def):
 QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 
 
-def _failure_message(result) -> str:
-    err = next((e.step_failure_data.error for e in result.all_events if e.is_step_failure), None)
-    if err is None:
-        return "run failed"
-    lines = [line for line in err.message.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else "run failed"
-
-
 def _run_full(defs, source_id: str) -> int:
     """Run `harvest_<source>_full` and print its verdict (exit 1 when it failed or a check failed)."""
     import dagster as dg
@@ -184,7 +174,7 @@ def _run_full(defs, source_id: str) -> int:
     if interactive:
         print("\r" + " " * 78 + "\r", end="")
     if not result.success:
-        print(f"{source_id}: full harvest FAILED: {_failure_message(result)}  (run {result.run_id})")
+        print(f"{source_id}: full harvest FAILED: {failure_cause(result)}  (run {result.run_id})")
         return 1
     out = result.output_for_node(full_op_name(source_id))
     size = out.get("completeListSize")
@@ -213,7 +203,7 @@ def _run_selected(defs, source_id: str, identifiers: list[str]) -> int:
         run_config={**records_run_config(source_id, identifiers), **QUIET},
     )
     if not result.success:
-        print(f"{source_id}: re-harvest FAILED: {_failure_message(result)}  (run {result.run_id})")
+        print(f"{source_id}: re-harvest FAILED: {failure_cause(result)}  (run {result.run_id})")
         return 1
     out = result.output_for_node(records_op_name(source_id))
     print(

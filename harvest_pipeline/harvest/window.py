@@ -14,7 +14,9 @@ from typing import Callable
 import duckdb
 
 from harvest_pipeline.dates import parse_datestamp
-from harvest_pipeline.errors import BadResumptionToken, DeferredError, HarvestError, MalformedXMLError, ProtocolError
+from harvest_pipeline.errors import (
+    BadResumptionToken, DeferredError, HarvestError, MalformedXMLError, ProtocolError, WindowBusyError,
+)
 from harvest_pipeline.crashpoints import crashpoint
 from harvest_pipeline.harvest.listers import Lister, lister_for
 from harvest_pipeline.harvest.plausibility import cap_future_datestamps
@@ -187,6 +189,9 @@ def harvest_window(
     ctx = dict(source_id=source.id, window=window.key)
     staging = None
     try:
+        # The window's lock comes first: a run that does not get it leaves the window's ledger
+        # row to the run that holds it (it raises WindowBusyError and writes nothing).
+        staging = StagingWindow(staging_path(db_path, source.id, window.start))
         lister = lister or lister_for(source, state_dir=Path(db_path).parent / "hosts")
         described = lister.describe()
         # The overlap re-asks for a little before the window, for servers whose indexes lag.
@@ -202,7 +207,6 @@ def harvest_window(
             )
         lister.apply_quirks(known_quirks)
 
-        staging = StagingWindow(staging_path(db_path, source.id, window.start))
         cursor = staging.cursor()
         resumed = bool(cursor and cursor.request_key == request_key and (cursor.token or cursor.closed))
         if not resumed:
@@ -230,7 +234,12 @@ def harvest_window(
                 staging.add_warning(f"page {at_page + 1} did not parse, fetched it again: {exc}")
         cursor = staging.cursor()
         if not full:
-            _defer_if_server_clock_behind(window, cursor.response_date)
+            behind = _server_clock_behind(window, cursor.response_date)
+            if behind is not None:
+                # The next run must ask the server again: a record indexed after this traversal
+                # can land anywhere in the list, and completeness is proven per traversal.
+                staging.start_attempt(run_id, request_key)
+                raise behind
         duplicates, examples = staging.duplicate_identifiers()
         outside = staging.outside_window_count()
         staging.close()
@@ -257,7 +266,8 @@ def harvest_window(
             )
             status = _status_for(checks)
             ledger.finish_window(
-                con, source_id=source.id, window_start=window.start, status=status, attempt_id=cursor.attempt_id,
+                con, source_id=source.id, window_start=window.start, status=status, run_id=run_id, error=None,
+                attempt_id=cursor.attempt_id,
                 complete_list_size=cursor.complete_list_size, received=counts.received,
                 distinct_received=counts.distinct_received, stored=counts.stored, created=counts.created,
                 updated=counts.updated, unchanged=counts.unchanged, deleted=counts.deleted,
@@ -272,6 +282,8 @@ def harvest_window(
         crashpoint("after-merge")
         staging.remove()
     except BaseException as exc:
+        if staging is None and isinstance(exc, WindowBusyError):
+            raise exc.with_context(**ctx) from None  # never ours: nothing to record
         if staging is not None:
             staging.close()
         if isinstance(exc, duckdb.OutOfMemoryException):
@@ -298,22 +310,23 @@ def harvest_window(
     )
 
 
-def _defer_if_server_clock_behind(window: Window, response_date: str | None) -> None:
+def _server_clock_behind(window: Window, response_date: str | None) -> DeferredError | None:
     """A server whose clock is before the window's end may not have indexed all of it yet."""
     if not response_date:
-        return
+        return None
     try:
         server_now = parse_datestamp(response_date)
     except ValueError:
-        return
-    if server_now < window.end:
-        wait = (window.end - server_now).total_seconds() + 60
-        raise DeferredError(
-            f"the server's clock ({response_date}) is before the window's end ({window.end:%Y-%m-%dT%H:%M:%SZ});"
-            " its answer may be missing records",
-            retry_after_seconds=wait,
-            hint="the window is deferred and will be harvested again later",
-        )
+        return None
+    if server_now >= window.end:
+        return None
+    wait = (window.end - server_now).total_seconds() + 60
+    return DeferredError(
+        f"the server's clock ({response_date}) is before the window's end ({window.end:%Y-%m-%dT%H:%M:%SZ});"
+        " its answer may be missing records",
+        retry_after_seconds=wait, response_date=response_date,
+        hint="the window is deferred; its next run asks the server again",
+    )
 
 
 class _Guards:
@@ -454,7 +467,9 @@ def _prepared_pages(source, window, lister, pages, *, guards, pages_before, size
                 warnings.append(f"page {page.page_number}: {day_only} datestamp(s) have day granularity although Identify says seconds")
         capped_warnings, capped = cap_future_datestamps(page)
         warnings += capped_warnings
-        rows, quarantined = page_rows(page, metadata_prefix=record_format_label(source), window_start=window.start, window_end=window.end)
+        # Records from the overlap were asked for: only those outside what we asked count as outside.
+        asked_from = window.start - timedelta(seconds=source.overlap_seconds)
+        rows, quarantined = page_rows(page, metadata_prefix=record_format_label(source), window_start=asked_from, window_end=window.end)
         yield page, rows, quarantined + capped, warnings
         if guards.list_ended:
             return  # the guards ended the list on a page that still carried a token
@@ -495,7 +510,7 @@ def _record_failure(connect: Connect, source: SourceConfig, window: Window, exc:
         with connect() as con:
             if isinstance(exc, DeferredError):
                 ledger.defer_window(
-                    con, source_id=source.id, window=window, error=text,
+                    con, source_id=source.id, window=window, error=text, response_date=exc.response_date,
                     retry_not_before=datetime.now(timezone.utc) + timedelta(seconds=exc.retry_after_seconds),
                 )
             else:

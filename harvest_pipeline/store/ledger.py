@@ -90,23 +90,24 @@ def finish_window(con: duckdb.DuckDBPyConnection, *, source_id: str, window_star
     )
 
 
-def _end_window(con, *, source_id: str, window, status: str, error: str, retry_not_before=None) -> None:
+def _end_window(con, *, source_id: str, window, status: str, error: str, retry_not_before=None, response_date=None) -> None:
     """Record a window that ended without a verdict; inserts the row if the harvest never began."""
     now = utcnow()
     con.execute(
         """
         INSERT INTO harvest_windows (source_id, window_start, window_end, partition_key, status, attempts,
-                                     error, started_at, finished_at, retry_not_before)
-        VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?)
+                                     error, started_at, finished_at, retry_not_before, response_date)
+        VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?)
         ON CONFLICT (source_id, window_start) DO UPDATE SET
             status = excluded.status, error = excluded.error, finished_at = excluded.finished_at,
             retry_not_before = excluded.retry_not_before,
+            response_date = coalesce(excluded.response_date, harvest_windows.response_date),
             attempts = CASE WHEN harvest_windows.status = 'running' THEN harvest_windows.attempts
                             ELSE harvest_windows.attempts + 1 END,
             seconds = date_diff('millisecond', harvest_windows.started_at, excluded.finished_at) / 1000.0
         """,
         [source_id, to_naive_utc(window.start), to_naive_utc(window.end), window.key, status, error[:4000],
-         now, now, to_naive_utc(retry_not_before)],
+         now, now, to_naive_utc(retry_not_before), response_date],
     )
 
 
@@ -114,8 +115,15 @@ def fail_window(con: duckdb.DuckDBPyConnection, *, source_id: str, window, error
     _end_window(con, source_id=source_id, window=window, status=FAILED, error=error)
 
 
-def defer_window(con: duckdb.DuckDBPyConnection, *, source_id: str, window, error: str, retry_not_before: datetime) -> None:
-    _end_window(con, source_id=source_id, window=window, status=DEFERRED, error=error, retry_not_before=retry_not_before)
+def defer_window(
+    con: duckdb.DuckDBPyConnection, *, source_id: str, window, error: str, retry_not_before: datetime,
+    response_date: str | None = None,
+) -> None:
+    """`response_date`: the server's clock when it is why the window waits (else None)."""
+    _end_window(
+        con, source_id=source_id, window=window, status=DEFERRED, error=error, retry_not_before=retry_not_before,
+        response_date=response_date,
+    )
 
 
 def get_window(con: duckdb.DuckDBPyConnection, source_id: str, window_start: datetime) -> WindowRow | None:

@@ -17,6 +17,8 @@ from harvest_pipeline.store.clock import utcnow
 from harvest_pipeline.store.columns import DROPPED_BY_TOMBSTONE, VALUE_COLUMNS
 
 _ACTIONS = ("created", "updated", "unchanged", "deleted", "revived", "restored", "stale")
+# History actions after which `records` held the received version.
+_STORING_ACTIONS = ("created", "updated", "unchanged", "deleted", "revived", "restored")
 
 
 
@@ -115,6 +117,29 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
         FROM stg.page_records GROUP BY identifier
         """
     )
+    # A received record with no row whose history shows it was stored before: its row was
+    # deleted by hand. Its last stored version says whether the harvest restores that version,
+    # and its first sighting stays its first_seen_at. Only identifiers without a row are looked
+    # up, so a window of new records reads the history's narrow columns once.
+    storing = ", ".join(f"'{a}'" for a in _STORING_ACTIONS)
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE stored_before AS
+        SELECT h.identifier,
+               arg_max(h.datestamp, (h.datestamp, h.received_at)) AS datestamp,
+               arg_max(h.deleted, (h.datestamp, h.received_at)) AS deleted,
+               arg_max(h.content_hash, (h.datestamp, h.received_at)) AS content_hash,
+               min(h.received_at) AS first_seen_at
+        FROM record_history h
+        WHERE h.source_id = ? AND h.action IN ({storing})
+          AND h.identifier IN (
+              SELECT l.identifier FROM latest l
+              WHERE NOT EXISTS (SELECT 1 FROM records r WHERE r.source_id = ? AND r.identifier = l.identifier)
+          )
+        GROUP BY h.identifier
+        """,
+        [source_id, source_id],
+    )
     # The harvest always wins: a row edited by hand since (same version, different columns) is
     # rewritten and classed 'restored'. Rows are compared by a fingerprint computed on each side
     # before the join, so the join never carries the wide columns (raw XML) of a large catalogue.
@@ -124,8 +149,16 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
         f"""
         CREATE OR REPLACE TEMP TABLE classified AS
         SELECT i.identifier, i.page_number, i.seq, i.datestamp, r.identifier IS NOT NULL AS existed,
+            h.first_seen_at,
             CASE
-                WHEN r.identifier IS NULL THEN CASE WHEN i.deleted THEN 'deleted' ELSE 'created' END
+                WHEN r.identifier IS NULL AND h.identifier IS NULL THEN CASE WHEN i.deleted THEN 'deleted' ELSE 'created' END
+                WHEN r.identifier IS NULL THEN CASE                    -- deleted by hand
+                    WHEN h.datestamp IS NOT DISTINCT FROM i.datestamp AND h.deleted = i.deleted
+                         AND h.content_hash IS NOT DISTINCT FROM i.content_hash THEN 'restored'
+                    WHEN i.deleted THEN 'deleted'
+                    WHEN h.deleted THEN 'revived'
+                    ELSE 'updated'
+                END
                 WHEN i.datestamp < r.datestamp THEN 'stale'            -- never overwrite a newer version
                 WHEN i.deleted AND r.deleted THEN CASE WHEN r.fp = i.fp THEN 'unchanged' ELSE 'restored' END
                 WHEN i.deleted THEN 'deleted'
@@ -144,6 +177,7 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
             SELECT identifier, datestamp, deleted, content_hash, {stored_fp} AS fp
             FROM records WHERE source_id = ?
         ) r ON r.identifier = i.identifier
+        LEFT JOIN stored_before h ON h.identifier = i.identifier
         """,
         [source_id],
     )
@@ -160,7 +194,7 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
         f"""
         INSERT INTO records (source_id, identifier, {', '.join(VALUE_COLUMNS)},
                              first_seen_at, written_at, written_by_run, window_start, window_end)
-        SELECT ?, i.identifier, {values}, ?, ?, ?, ?, ?
+        SELECT ?, i.identifier, {values}, coalesce(c.first_seen_at, ?), ?, ?, ?, ?
         {changed} AND NOT c.existed
         """,
         [source_id, now, now, run_id, window_start, window_end],
@@ -198,6 +232,7 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     ).fetchone()[0]
     distinct = con.execute("SELECT count(*) FROM classified").fetchone()[0]
     con.execute("DROP TABLE classified")
+    con.execute("DROP TABLE stored_before")
     con.execute("DROP TABLE latest")
     return MergeCounts(
         received=int(received),

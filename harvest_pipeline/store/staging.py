@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from harvest_pipeline.crashpoints import crashpoint
-from harvest_pipeline.errors import StoreLockedError
+from harvest_pipeline.errors import WindowBusyError
 from harvest_pipeline.store.clock import utcnow
 from harvest_pipeline.store.columns import PAGE_COLUMNS, create_page_records_sql
 from harvest_pipeline.store.connection import open_with_retry, remove_database_file
@@ -200,7 +200,7 @@ def _acquire_window_lock(lock_path: Path, wait_seconds: float):
         except BlockingIOError:
             if time.monotonic() >= deadline:
                 handle.close()
-                raise StoreLockedError(
+                raise WindowBusyError(
                     f"window staging file {lock_path.with_suffix('')} is locked",
                     hint="another run is harvesting this window right now; wait for it to finish, then re-run",
                 ) from None

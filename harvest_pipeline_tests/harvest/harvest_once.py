@@ -15,4 +15,4 @@ start = datetime.fromisoformat(start_iso)
 report = harvest_window(
     SourceConfig(id="demo", url=url), Window(start, start + timedelta(days=1), start.strftime("%Y-%m-%d")), db_path=db_path
 )
-print(report.status, report.counts.received)
+print(report.status, report.counts.received, report.run_id)

@@ -38,7 +38,7 @@ def clean_table(shared_demo, tmp_path_factory):
 
 
 @pytest.mark.parametrize("point", ["after-fetch:2", "mid-page-write:2", "mid-merge", "after-merge"])
-def test_sigkill_at_any_point_then_rerun_gives_the_uninterruptedrecords_table(shared_demo, tmp_path, clean_table, point):
+def test_sigkill_at_any_point_then_rerun_gives_the_uninterrupted_table(shared_demo, tmp_path, clean_table, point):
     db = tmp_path / "h.duckdb"
     proc = _child(shared_demo.url, db, day_window(2), crashpoint=point)
     proc.wait(timeout=120)

@@ -96,16 +96,41 @@ def test_tombstone_for_unknown_record_is_kept_as_deleted_row(db):
     assert counts.deleted == 1 and len(table) == 1
 
 
+def _first_seen(db) -> dict:
+    with connect(db) as con:
+        return dict(con.execute("SELECT identifier, first_seen_at FROM records").fetchall())
+
+
 def test_the_harvest_wins_over_local_edits_and_local_deletes(db):
     t = W0 + timedelta(hours=1)
-    recs = [("a", t, False, "<x>a</x>"), ("b", t, False, "<x>b</x>")]
+    recs = [("a", t, False, "<x>a</x>"), ("b", t, False, "<x>b</x>"), ("c", t, True, None)]
     _, pristine = _merge(db, recs)
+    first_seen = _first_seen(db)
     with connect(db) as con:
         con.execute("UPDATE records SET title = 'edited by hand' WHERE identifier = 'a'")
-        con.execute("DELETE FROM records WHERE identifier = 'b'")
+        con.execute("DELETE FROM records WHERE identifier IN ('b', 'c')")
     counts, table = _merge(db, recs, run="run")
-    assert (counts.restored, counts.created, counts.unchanged) == (1, 1, 0)
+    # A row deleted by hand is put back as it was: restored, not created, first seen unchanged.
+    assert (counts.restored, counts.created, counts.deleted, counts.unchanged) == (3, 0, 0, 0)
     assert table == pristine
+    assert _first_seen(db) == first_seen
+    with connect(db) as con:
+        actions = con.execute(
+            "SELECT identifier, action FROM record_history"
+            " WHERE received_at = (SELECT max(received_at) FROM record_history) ORDER BY identifier"
+        ).fetchall()
+    assert actions == [("a", "restored"), ("b", "restored"), ("c", "restored")]
+
+
+def test_a_row_deleted_by_hand_comes_back_at_a_newer_version_as_updated(db):
+    t = W0 + timedelta(hours=1)
+    _merge(db, [("a", t, False, "<x>a</x>")], run="r1")
+    first_seen = _first_seen(db)
+    with connect(db) as con:
+        con.execute("DELETE FROM records WHERE identifier = 'a'")
+    counts, _ = _merge(db, [("a", t + timedelta(hours=1), False, "<x>a2</x>")], run="r2")
+    assert (counts.updated, counts.created, counts.restored) == (1, 0, 0)
+    assert _first_seen(db) == first_seen
 
 
 def test_threads_of_one_process_migrate_a_new_catalogue_once(db):
