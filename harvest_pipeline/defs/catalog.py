@@ -24,10 +24,20 @@ from harvest_pipeline.store.catalog import (
     exports_dir,
     refresh_catalog,
 )
+from harvest_pipeline.store.preview import latest_records
 
 CATALOG_KEY = dg.AssetKey(["catalog"])
 CATALOG_JOB = "catalog_refresh_job"
 CATALOG_SENSOR = "catalog_refresh"
+LATEST_PER_SOURCE = 5
+LATEST_SCHEMA = dg.TableSchema(
+    columns=[
+        dg.TableColumn("source_id", "string"),
+        dg.TableColumn("identifier", "string"),
+        dg.TableColumn("datestamp", "string", description="UTC"),
+        dg.TableColumn("title", "string"),
+    ]
+)
 
 
 def build_catalog_asset(sources: list[SourceConfig]) -> dg.AssetsDefinition:
@@ -53,6 +63,7 @@ def build_catalog_asset(sources: list[SourceConfig]) -> dg.AssetsDefinition:
                 stats = refresh_catalog(con, source_ids)
                 fingerprint = catalog_fingerprint(con)
             exports = export_parquet(con, directory, [s["source_id"] for s in stats])
+            latest = latest_records(con, source_ids, per_source=LATEST_PER_SOURCE)
         metadata: dict = {}
         for s in stats:
             path, rows = exports[s["source_id"]]
@@ -72,6 +83,9 @@ def build_catalog_asset(sources: list[SourceConfig]) -> dg.AssetsDefinition:
                 "sources": len(stats),
                 "exports": dg.MetadataValue.path(str(directory)),
                 "fingerprint": fingerprint,
+                "latest_records": dg.MetadataValue.table(
+                    records=[dg.TableRecord(r) for r in latest], schema=LATEST_SCHEMA,
+                ),
             }
         )
 
