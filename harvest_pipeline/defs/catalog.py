@@ -50,10 +50,16 @@ def build_catalog_asset(sources: list[SourceConfig]) -> dg.AssetsDefinition:
         group_name="catalog",
         kinds={"duckdb", "parquet"},
         description=(
-            "The current catalogue across sources: (re)creates the DuckDB view `catalog` (live records, "
-            "normalized fields) and the table `source_stats` (live, deleted, quarantined, last change per "
-            "source), and writes data/exports/<source>.parquet per source (temp file, then rename). "
-            f"The sensor `{CATALOG_SENSOR}` refreshes it whenever the catalogue changes."
+            "Every source's live records in one place: the DuckDB view `catalog`, the table `source_stats` "
+            "and one Parquet export per source.\n\n"
+            "(Re)creates the view `catalog` (live records, normalized fields) and the table `source_stats` "
+            "(live, deleted, quarantined, last change per source), and writes data/exports/<source>.parquet "
+            "(temp file, then rename).\n\n"
+            "- **Overview → Metadata**: per source live, deleted, quarantined and its export; "
+            "`latest_records`, the newest records of each source.\n"
+            f"- **Automation → {CATALOG_SENSOR}**: refreshes it whenever the catalogue changes.\n"
+            "- Shell: `harvest-pipeline show SOURCE IDENTIFIER` for one record and its history; "
+            "`duckdb data/harvest.duckdb` for SQL."
         ),
     )
     def catalog(context: dg.AssetExecutionContext, duckdb: DuckDBResource):

@@ -29,6 +29,11 @@ def test_definitions_load_with_one_partitioned_asset_checks_job_and_sensor(share
     assert keys[0] == shared_demo.stats()["earliest"][:10]
     assert {c.name for c in asset.check_specs} == {"complete", "no_duplicates", "cursor_closed"}
     assert defs.resolve_sensor_def("harvest_demo_watermark").default_status == dg.DefaultSensorStatus.RUNNING
+    # The asset catalog shows the first line; the asset page the rest: where to look next.
+    first, *rest = asset.descriptions_by_key[ASSET].splitlines()
+    assert first.startswith("Harvests demo: OAI-PMH ListRecords of") and "one day window per partition" in first
+    for where in ("**Partitions**", "**Checks**", "Plots", "harvest_demo_watermark", "harvest-pipeline status"):
+        assert where in "\n".join(rest)
 
 
 def test_materializing_one_window_records_metadata_and_passing_checks(shared_demo, db_path):
