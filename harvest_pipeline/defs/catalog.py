@@ -53,7 +53,7 @@ def build_catalog_asset(sources: list[SourceConfig]) -> dg.AssetsDefinition:
             "Every source's live records in one place: the DuckDB view `catalog`, the table `source_stats` "
             "and one Parquet export per source.\n\n"
             "(Re)creates the view `catalog` (live records, normalized fields) and the table `source_stats` "
-            "(live, deleted, quarantined, last change per source), and writes data/exports/<source>.parquet "
+            "(live, deleted, quarantined, last change per source), and writes `data/exports/<source>.parquet` "
             "(temp file, then rename).\n\n"
             "- **Overview → Metadata**: per source live, deleted, quarantined and its export; "
             "`latest_records`, the newest records of each source.\n"

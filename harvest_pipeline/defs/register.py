@@ -32,7 +32,7 @@ def register_run_config(**config) -> dict:
     description="Probe the server (Identify and ListMetadataFormats, or GetCapabilities), propose the "
     "source's settings from its answers and append them to the sources file, comments kept.",
 )
-def probe_and_add_source(context: dg.OpExecutionContext, config: RegisterSourceConfig) -> dict:
+def probe_and_add_source(context: dg.OpExecutionContext, config: RegisterSourceConfig) -> None:
     protocol = config.protocol or guess_protocol(config.url)
     facts = probe_server(config.url, protocol, timeout=30, list_sets=bool(config.set))
     entry, why = propose_entry(
@@ -40,7 +40,7 @@ def probe_and_add_source(context: dg.OpExecutionContext, config: RegisterSourceC
         set_spec=config.set or None, window=config.window,
     )
     path = sources_file_path()
-    add_source(entry, note=facts.name, path=path)
+    add_source(entry, note=facts.name, path=path, added_by="the UI job register_source")
     for note in facts.notes:
         context.log.warning(f"{config.url}: {note}")
     context.log.info(f"added {config.id} to {path.resolve()}: " + "; ".join(why))
@@ -54,7 +54,6 @@ def probe_and_add_source(context: dg.OpExecutionContext, config: RegisterSourceC
             f"its job `harvest_{config.id}` and its sensor `harvest_{config.id}_watermark`."
         ),
     })
-    return entry
 
 
 @dg.job(

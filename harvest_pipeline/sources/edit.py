@@ -80,14 +80,17 @@ def source_ids(path: str | Path | None = None) -> list[str]:
     return [str(entry.get("id")) for entry in doc["sources"] if isinstance(entry, dict)]
 
 
-def add_source(entry: dict[str, Any], *, note: str | None = None, path: str | Path | None = None) -> SourceConfig:
+def add_source(
+    entry: dict[str, Any], *, note: str | None = None, path: str | Path | None = None,
+    added_by: str = "`harvest-pipeline sources add`",
+) -> SourceConfig:
     """Append one source (fields as in the file) and return it as loaded; the id must be new."""
     path = Path(path) if path else sources_file_path()
     with _editing(path):
-        return _add(path, entry, note)
+        return _add(path, entry, note, added_by)
 
 
-def _add(path: Path, entry: dict[str, Any], note: str | None) -> SourceConfig:
+def _add(path: Path, entry: dict[str, Any], note: str | None, added_by: str) -> SourceConfig:
     yaml, doc = _read(path)
     source_id = entry.get("id")
     if any(isinstance(e, dict) and e.get("id") == source_id for e in doc["sources"]):
@@ -99,7 +102,7 @@ def _add(path: Path, entry: dict[str, Any], note: str | None) -> SourceConfig:
     sources: CommentedSeq = doc["sources"]
     sources.append(item)
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d")
-    comment = f"added by `harvest-pipeline sources add` on {stamp}" + (f": {note}" if note else "")
+    comment = f"added by {added_by} on {stamp}" + (f": {note}" if note else "")
     # A blank line and a comment above the new entry, like the entries written by hand.
     sources.yaml_set_comment_before_after_key(len(sources) - 1, before="\n" + comment, indent=2)
     loaded = _write_validated(path, yaml, doc)

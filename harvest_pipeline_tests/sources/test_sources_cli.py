@@ -116,6 +116,7 @@ def test_register_source_job_adds_the_source_and_a_reload_shows_its_asset(shippe
         )
     assert result.success
     assert path.read_text().startswith(original)
+    assert "# added by the UI job register_source" in path.read_text()
     reloaded = build_definitions()  # what a code location reload does
     asset = reloaded.resolve_assets_def(dg.AssetKey(["harvest", "history"]))
     assert asset.partitions_def.get_partition_keys()  # weekly windows since the demo's earliest record
