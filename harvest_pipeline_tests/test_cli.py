@@ -86,3 +86,35 @@ def test_probe_a_csw_catalogue(demo, tmp_path):
     out = run_cli("probe", demo.base + "/csw", env=dict(os.environ), cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "GetRecords" in out.stdout and "http://www.isotc211.org/2005/gmd" in out.stdout
+
+
+def test_status_and_show_speak_partition_keys_utc_and_plain_english(cli_env, tmp_path, demo):
+    from harvest_pipeline.harvest import harvest_window
+    from harvest_pipeline.store import connect
+    from harvest_pipeline_tests.conftest import demo_source
+
+    db = tmp_path / "data" / "harvest.duckdb"
+    harvest_window(demo_source(demo), day_window(3), db_path=db)
+    interrupted = day_window(2)
+    env = {**cli_env, "HARVEST_CRASHPOINT": "after-fetch:2"}  # the run dies after its second page
+    killed = run_cli("harvest", "demo", "--from", interrupted.key, "--until", interrupted.key, env=env, cwd=tmp_path)
+    assert killed.returncode != 0
+
+    status = run_cli("status", "--json", env=cli_env, cwd=tmp_path)
+    assert status.returncode == 0, status.stderr
+    [summary] = json.loads(status.stdout)
+    [cursor] = summary["open_cursors"]
+    assert (cursor["window"], cursor["state"]) == (interrupted.key, "interrupted")
+    assert cursor["window_start"] == interrupted.start.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert summary["last_run"]["started_at"].endswith("Z")
+    text = run_cli("status", env=cli_env, cwd=tmp_path)
+    assert f"open cursors: {interrupted.key} (interrupted)" in text.stdout
+
+    with connect(db) as con:
+        [(once,)] = con.execute(
+            "SELECT identifier FROM record_history GROUP BY identifier HAVING count(*) = 1 ORDER BY 1 LIMIT 1"
+        ).fetchall()
+    shown = run_cli("show", "demo", once, env=cli_env, cwd=tmp_path)
+    assert "History (1 version received, oldest first)" in shown.stdout, shown.stdout + shown.stderr
+    doc = json.loads(run_cli("show", "demo", once, "--json", env=cli_env, cwd=tmp_path).stdout)
+    assert doc["record"]["datestamp"].endswith("Z") and doc["history"][0]["received_at"].endswith("Z")

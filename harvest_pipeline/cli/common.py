@@ -15,7 +15,12 @@ def parse_day(text: str) -> datetime:
 
 
 def json_default(value):
-    if isinstance(value, (datetime, date)):
+    """JSON for the CLI's --json: datetimes as ISO 8601 UTC with `Z` (stored naive, always UTC)."""
+    if isinstance(value, datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(timezone.utc).replace(tzinfo=None)
+        return value.isoformat() + "Z"
+    if isinstance(value, date):
         return value.isoformat()
     return str(value)
 

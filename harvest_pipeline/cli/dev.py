@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 from harvest_pipeline.home import ensure_dagster_home
+
+# Signals that stop `dev`. SIGINT is in the list on purpose: a job started with `&` from a
+# non-interactive shell inherits SIGINT as ignored, and only an explicit handler undoes that.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+GRACE_SECONDS = 20.0  # Dagster's own shutdown (webserver, daemon, code server) before SIGTERM
+TERM_SECONDS = 5.0  # after SIGTERM, before SIGKILL
 
 
 def register(sub) -> None:
@@ -29,41 +38,106 @@ def cmd_demo_server(args: argparse.Namespace) -> int:
     return demo_main(args.demo_args) or 0
 
 
+class _Stop(Exception):
+    """Raised by the signal handler to leave whatever `dev` is waiting on."""
+
+
+def _raise_stop(signum, _frame) -> None:
+    raise _Stop(signal.Signals(signum).name)
+
+
+def dg_command() -> list[str]:
+    """`dg` from the same environment as this Python (dagster-dg-cli is a dependency)."""
+    beside = Path(sys.executable).parent / "dg"
+    return [str(beside if beside.exists() else shutil.which("dg") or "dg")]
+
+
 def cmd_dev(args: argparse.Namespace) -> int:
-    """Start the demo provider, then `dagster dev` on this project, and stop both together."""
+    """Start the demo provider, then the Dagster UI on this project, and stop both together.
+
+    Both children and everything they start (code server, its gRPC child, run workers,
+    multiprocessing's resource tracker) share one process group of their own, so a stop
+    reaches them all, whatever signal asked for it.
+    """
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, _raise_stop)
     home = ensure_dagster_home()
-    demo = subprocess.Popen(
-        [sys.executable, "-m", "harvest_pipeline.demo", "--port", str(args.demo_port)],
-        stdout=subprocess.PIPE, text=True,
-    )
-    line = demo.stdout.readline().strip()
-    if demo.poll() is not None or "listening" not in line:
-        print(f"the demo provider did not start (port {args.demo_port} busy?): {line}", file=sys.stderr)
-        return 1
-    print(line, flush=True)
-    env = {
-        **os.environ,
-        "HARVEST_DEMO_URL": f"http://127.0.0.1:{args.demo_port}/oai",
-        "HARVEST_DEMO_CSW_URL": f"http://127.0.0.1:{args.demo_port}/csw",
-    }
-    print(f"Dagster UI on http://127.0.0.1:{args.ui_port}  (DAGSTER_HOME={home})", flush=True)
-    ui = subprocess.Popen(
-        [sys.executable, "-m", "dagster", "dev", "-w", "workspace.yaml", "-h", args.ui_host, "-p", str(args.ui_port)],
-        env=env,
-    )
-    # SIGTERM (e.g. from a service manager) stops both children as Ctrl-C does.
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    group: int | None = None
     try:
-        return ui.wait()
-    except KeyboardInterrupt:
-        ui.send_signal(signal.SIGINT)
-        try:
-            return ui.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            ui.kill()
+        demo = subprocess.Popen(
+            [sys.executable, "-m", "harvest_pipeline.demo", "--port", str(args.demo_port)],
+            stdout=subprocess.PIPE, text=True, process_group=0,
+        )
+        group = demo.pid
+        line = demo.stdout.readline().strip()
+        if demo.poll() is not None or "listening" not in line:
+            print(f"the demo provider did not start (port {args.demo_port} busy?): {line}", file=sys.stderr)
             return 1
+        print(line, flush=True)
+        env = {
+            **os.environ,
+            "HARVEST_DEMO_URL": f"http://127.0.0.1:{args.demo_port}/oai",
+            "HARVEST_DEMO_CSW_URL": f"http://127.0.0.1:{args.demo_port}/csw",
+        }
+        print(f"Dagster UI on http://127.0.0.1:{args.ui_port}  (DAGSTER_HOME={home})", flush=True)
+        # `dg dev` with the workspace file that pins the code location's name.
+        ui = subprocess.Popen(
+            dg_command() + ["dev", "-w", "workspace.yaml", "-h", args.ui_host, "-p", str(args.ui_port)],
+            env=env, process_group=group,
+        )
+        code = ui.wait()
+        print(f"the Dagster UI exited with code {code}; stopping the demo provider", file=sys.stderr)
+        return code
+    except _Stop as stop:
+        print(f"{stop}: stopping the Dagster UI and the demo provider", file=sys.stderr, flush=True)
+        return 0
     finally:
-        demo.terminate()
-        demo.wait(timeout=10)
+        for sig in STOP_SIGNALS:  # a second Ctrl-C must not cut the clean-up short
+            signal.signal(sig, signal.SIG_IGN)
+        if group is not None:
+            stop_group(group)
 
 
+def stop_group(group: int) -> None:
+    """SIGINT to the whole group (what Ctrl-C in a terminal does), then SIGTERM, then SIGKILL."""
+    for sig, wait in ((signal.SIGINT, GRACE_SECONDS), (signal.SIGTERM, TERM_SECONDS), (signal.SIGKILL, TERM_SECONDS)):
+        if not group_alive(group):
+            return
+        try:
+            os.killpg(group, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait
+        while group_alive(group) and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+
+def group_alive(group: int) -> bool:
+    """Whether a process of the group is still running (zombies, once reaped or not, do not count)."""
+    _reap_children()
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        # fields after "(comm)": state, ppid, pgrp, ...
+        if fields[0] != "Z" and int(fields[2]) == group:
+            return True
+    return False
+
+
+def _reap_children() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return

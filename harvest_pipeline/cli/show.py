@@ -104,7 +104,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         }.get(w["kind"], w["label"])
         print(f"  written by    {what}, run {w['run_id']}, at {_ts(w['at'])}")
         print(f"  first seen    {_ts(record['first_seen_at'])}")
-    print(f"History ({len(history)} versions received, oldest first)")
+    print(f"History ({len(history)} {'version' if len(history) == 1 else 'versions'} received, oldest first)")
     header = f"  {'received_at':<20}  {'action':<11}  {'datestamp':<20}  {'window':<29}  run"
     print(header)
     for h in history:

@@ -17,29 +17,40 @@ def register(sub) -> None:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from harvest_pipeline.sources import load_sources
-    from harvest_pipeline.store import connect, default_db_path
-    from harvest_pipeline.store.staging import open_staging_files, window_is_locked
+    from harvest_pipeline.store import connect, default_db_path, ledger
+    from harvest_pipeline.store.staging import open_staging_files, staging_window_start, window_is_locked
     from harvest_pipeline.store.status import failing_windows, source_summary
 
     sources = load_sources()
     db_path = default_db_path()
     now = datetime.now(timezone.utc).replace(tzinfo=None)
     out = []
+    staging = {s.id: {p: staging_window_start(p) for p in open_staging_files(db_path, s.id)} for s in sources}
     if not db_path.exists():
         summaries = [{"source_id": s.id, "watermark": None, "live": 0, "deleted": 0, "windows": {}, "last_run": None} for s in sources]
         failing = {s.id: [] for s in sources}
+        ledger_rows = {}
     else:
         with connect(db_path) as con:
             summaries = [source_summary(con, s.id) for s in sources]
             failing = {s.id: failing_windows(con, s.id) for s in sources}
+            ledger_rows = {
+                path: ledger.get_window(con, source_id, start)
+                for source_id, files in staging.items() for path, start in files.items()
+            }
     for s, summary in zip(sources, summaries):
         wm = summary["watermark"]
         summary["lag_seconds"] = (now - wm).total_seconds() if wm else None
         summary["url"] = s.url
         summary["window"] = s.window
         summary["open_cursors"] = [
-            {"window": p.stem, "state": "running" if window_is_locked(p) else "interrupted"}
-            for p in open_staging_files(db_path, s.id)
+            {
+                # The partition key the UI and `harvest --from` use, not the staging file's name.
+                "window": ledger_rows[p].partition_key if ledger_rows.get(p) else _partition_key(start),
+                "window_start": start,
+                "state": "running" if window_is_locked(p) else "interrupted",
+            }
+            for p, start in staging[s.id].items()
         ]
         summary["failing_windows"] = [{"window": w, "status": st, "error": e} for w, st, e in failing[s.id]]
         out.append(summary)
@@ -69,3 +80,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _partition_key(start: datetime) -> str:
+    """A window's key as Dagster names it, for a staging file the ledger has no row for."""
+    return start.strftime("%Y-%m-%d" if start.hour == 0 and start.minute == 0 else "%Y-%m-%d-%H:%M")

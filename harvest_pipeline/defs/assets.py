@@ -37,6 +37,24 @@ def _what(source: SourceConfig) -> str:
     )
 
 
+def window_asset_description(source: SourceConfig, start_note: str) -> str:
+    """What the asset is (the first line is what the asset catalog shows) and where to look next."""
+    return (
+        f"Harvests {source.id}: {_what(source)}, one {source.window} window per partition, upserted into "
+        f"the DuckDB catalogue.\n\n"
+        f"- **Partitions** tab: one per closed {source.window} window (first window: {start_note}). Select "
+        "windows and *Materialize* to harvest them again; a range is typed with brackets, "
+        "`[first...last]`.\n"
+        "- **Checks** tab: `complete`, `no_duplicates` and `cursor_closed` for each window.\n"
+        "- **Overview → Metadata → Plots**: records, live, deleted, pages and seconds per window. "
+        "**Events**: what each run changed (created, updated, deletions as text) and the "
+        "`changed_records` table.\n"
+        f"- **Automation → harvest_{source.id}_watermark**: the sensor that launches closed windows and "
+        "advances the watermark over verified ones.\n"
+        f"- Shell: `harvest-pipeline status`, `harvest-pipeline show {source.id} IDENTIFIER`."
+    )
+
+
 def build_window_asset(source: SourceConfig, start: datetime, start_note: str) -> dg.AssetsDefinition:
     key = asset_key_for(source.id)
     partitions_def = partitions_for(source, start)
@@ -49,8 +67,7 @@ def build_window_asset(source: SourceConfig, start: datetime, start_note: str) -
         group_name="harvest",
         kinds={"duckdb", "csw" if source.protocol == "csw" else "oaipmh"},
         tags={"harvest/protocol": source.protocol},
-        description=f"{_what(source)}, one {source.window} window per partition, upserted into the "
-        f"DuckDB catalogue. Partitions start: {start_note}.",
+        description=window_asset_description(source, start_note),
         metadata={"source_url": dg.MetadataValue.url(source.url), "window": source.window},
     )
     def window_asset(context: dg.AssetExecutionContext, duckdb: DuckDBResource):

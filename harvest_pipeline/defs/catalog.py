@@ -24,10 +24,20 @@ from harvest_pipeline.store.catalog import (
     exports_dir,
     refresh_catalog,
 )
+from harvest_pipeline.store.preview import latest_records
 
 CATALOG_KEY = dg.AssetKey(["catalog"])
 CATALOG_JOB = "catalog_refresh_job"
 CATALOG_SENSOR = "catalog_refresh"
+LATEST_PER_SOURCE = 5
+LATEST_SCHEMA = dg.TableSchema(
+    columns=[
+        dg.TableColumn("source_id", "string"),
+        dg.TableColumn("identifier", "string"),
+        dg.TableColumn("datestamp", "string", description="UTC"),
+        dg.TableColumn("title", "string"),
+    ]
+)
 
 
 def build_catalog_asset(sources: list[SourceConfig]) -> dg.AssetsDefinition:
@@ -40,10 +50,16 @@ def build_catalog_asset(sources: list[SourceConfig]) -> dg.AssetsDefinition:
         group_name="catalog",
         kinds={"duckdb", "parquet"},
         description=(
-            "The current catalogue across sources: (re)creates the DuckDB view `catalog` (live records, "
-            "normalized fields) and the table `source_stats` (live, deleted, quarantined, last change per "
-            "source), and writes data/exports/<source>.parquet per source (temp file, then rename). "
-            f"The sensor `{CATALOG_SENSOR}` refreshes it whenever the catalogue changes."
+            "Every source's live records in one place: the DuckDB view `catalog`, the table `source_stats` "
+            "and one Parquet export per source.\n\n"
+            "(Re)creates the view `catalog` (live records, normalized fields) and the table `source_stats` "
+            "(live, deleted, quarantined, last change per source), and writes `data/exports/<source>.parquet` "
+            "(temp file, then rename).\n\n"
+            "- **Overview → Metadata**: per source live, deleted, quarantined and its export; "
+            "`latest_records`, the newest records of each source.\n"
+            f"- **Automation → {CATALOG_SENSOR}**: refreshes it whenever the catalogue changes.\n"
+            "- Shell: `harvest-pipeline show SOURCE IDENTIFIER` for one record and its history; "
+            "`duckdb data/harvest.duckdb` for SQL."
         ),
     )
     def catalog(context: dg.AssetExecutionContext, duckdb: DuckDBResource):
@@ -53,6 +69,7 @@ def build_catalog_asset(sources: list[SourceConfig]) -> dg.AssetsDefinition:
                 stats = refresh_catalog(con, source_ids)
                 fingerprint = catalog_fingerprint(con)
             exports = export_parquet(con, directory, [s["source_id"] for s in stats])
+            latest = latest_records(con, source_ids, per_source=LATEST_PER_SOURCE)
         metadata: dict = {}
         for s in stats:
             path, rows = exports[s["source_id"]]
@@ -72,6 +89,9 @@ def build_catalog_asset(sources: list[SourceConfig]) -> dg.AssetsDefinition:
                 "sources": len(stats),
                 "exports": dg.MetadataValue.path(str(directory)),
                 "fingerprint": fingerprint,
+                "latest_records": dg.MetadataValue.table(
+                    records=[dg.TableRecord(r) for r in latest], schema=LATEST_SCHEMA,
+                ),
             }
         )
 

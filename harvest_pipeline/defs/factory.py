@@ -24,6 +24,7 @@ from harvest_pipeline.defs.reconcile import (
     build_reconcile_schedule,
     deleted_record_policy,
 )
+from harvest_pipeline.defs.register import register_source
 from harvest_pipeline.defs.resources import catalogue_resource
 from harvest_pipeline.defs.sensors import SOURCE_TAG, build_watermark_sensor
 from harvest_pipeline.defs.start_dates import resolve_start
@@ -66,6 +67,7 @@ def build_definitions(sources: list[SourceConfig] | None = None) -> dg.Definitio
     catalog_job = build_catalog_job()
     jobs.append(catalog_job)
     sensors.append(build_catalog_sensor(catalog_job))
+    jobs.append(register_source)
     return dg.Definitions(
         assets=assets,
         jobs=jobs,

@@ -115,7 +115,10 @@ def build_full_job(source: SourceConfig) -> dg.JobDefinition:
                 metadata=metadata,
             )
         context.add_output_metadata(metadata)
-        return {**metadata, "checks": {n: c.passed for n, c in report.checks.items()}}
+        # The op's output (read by `harvest --full`): plain values, the preview table left out.
+        plain = {k: v.value if isinstance(v, dg.MetadataValue) else v for k, v in metadata.items()}
+        plain = {k: v for k, v in plain.items() if isinstance(v, (str, int, float, bool))}
+        return {**plain, "checks": {n: c.passed for n, c in report.checks.items()}}
 
     @dg.job(
         name=full_job_name(source.id),

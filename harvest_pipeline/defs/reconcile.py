@@ -75,10 +75,14 @@ def build_reconcile_asset(source: SourceConfig) -> dg.AssetsDefinition:
         kinds={"duckdb"},
         tags={"harvest/protocol": source.protocol},
         description=(
-            f"Deletion by absence for {source.id}: lists every identifier upstream (ListIdentifiers, "
-            "ListRecords where that fails), and tombstones the catalogue's live records the server no "
-            "longer lists (history action 'deleted', attempt_id 'reconcile:<run id>'). For servers whose "
-            "deletedRecord is 'no' or 'transient', and CSW."
+            f"Deletion by absence for {source.id}: tombstones the live records its server no longer lists. "
+            "For servers whose deletedRecord is 'no' or 'transient', and CSW.\n\n"
+            "Lists every identifier upstream (ListIdentifiers, ListRecords where that fails) and tombstones "
+            "the catalogue's live records missing from it (history action 'deleted', attempt_id "
+            "'reconcile:<run id>').\n\n"
+            f"- **Checks** tab: `{GUARD_CHECK}`, which deletes nothing when the deletions look like an outage.\n"
+            f"- **Automation → reconcile_{source.id}_schedule**: weekly by default (`reconcile.schedule`).\n"
+            "- **Overview → Metadata**: listed, upstream live, local live, missing, deleted."
         ),
     )
     def reconcile_asset(context: dg.AssetExecutionContext, config: ReconcileConfig, duckdb: DuckDBResource):

@@ -6,9 +6,19 @@ import dagster as dg
 
 from harvest_pipeline.harvest.progress import notify
 from harvest_pipeline.harvest.window import WindowReport
+from harvest_pipeline.store.preview import changes_of_attempt, source_has_deletions, window_record_counts
 
 
 LOG_EVERY_SECONDS = 5.0
+PREVIEW_ROWS = 20
+CHANGES_SCHEMA = dg.TableSchema(
+    columns=[
+        dg.TableColumn("identifier", "string"),
+        dg.TableColumn("datestamp", "string", description="UTC"),
+        dg.TableColumn("action", "string", description="created, updated, deleted, revived or restored"),
+        dg.TableColumn("title", "string", description="the record's current title (none for a deleted record)"),
+    ]
+)
 
 
 def progress_logger(context, source_id: str):
@@ -33,13 +43,18 @@ def progress_logger(context, source_id: str):
 
 
 def report_metadata(context, report: WindowReport) -> dict:
-    """Log the report's warnings and return the metadata the UI shows and plots per window."""
+    """Log the report's warnings and return the metadata the UI shows and plots per window.
+
+    The asset's Plots tab draws every int or float entry of each partition's latest
+    materialization. So only what describes the window and stays true when it is harvested
+    again is numeric: records received, live and deleted records in the window, pages,
+    seconds. What this run changed (created, deletions, ...) would drop to 0 on a re-run, so
+    those counts are text: shown with the event, never plotted.
+    """
     for text in report.warnings[:50]:
         context.log.warning(f"{report.source_id} {report.window.key}: {text}")
     counts = report.counts
-    return {
-        "status": report.status,
-        "records": counts.received,
+    this_run = {
         "upserts": counts.upserted,
         "created": counts.created,
         "updated": counts.updated,
@@ -49,16 +64,44 @@ def report_metadata(context, report: WindowReport) -> dict:
         "restored": counts.restored,
         "quarantined": counts.quarantined,
         "repaired_chars": report.repaired,
+        "restarts": report.restarts,
+        "warnings": len(report.warnings),
+        "completeListSize": report.complete_list_size,
+    }
+    window, changes = _catalogue_facts(context, report)
+    return {
+        "status": report.status,
+        "records": counts.received,
+        **window,
         "pages": report.pages,
         "seconds": round(report.seconds, 3),
+        **{k: dg.MetadataValue.text(str(v)) for k, v in this_run.items() if v is not None},
         "from": report.from_param or "(none)",
         "until": report.until_param or "(none)",
         "resumed": report.resumed,
-        "restarts": report.restarts,
-        "warnings": len(report.warnings),
         "what_the_server_did": dg.MetadataValue.md(
             "\n".join(f"- {w}" for w in report.warnings[:20]) or "nothing unusual"
         ),
-        # Only numbers plot; a window whose server gave none simply has no point here.
-        **({"completeListSize": report.complete_list_size} if report.complete_list_size is not None else {}),
+        **changes,
     }
+
+
+def _catalogue_facts(context, report: WindowReport) -> tuple[dict, dict]:
+    """(live and deleted records in the window, a preview of the records this run changed)."""
+    resource = getattr(context.resources, "duckdb", None)
+    if resource is None:
+        return {}, {}
+    with resource.get_connection() as con:
+        window = window_record_counts(con, report.source_id, report.window.start, report.window.end)
+        changed, rows = changes_of_attempt(con, report.source_id, report.attempt_id, limit=PREVIEW_ROWS)
+        has_deletions = source_has_deletions(con, report.source_id)
+    if changed == 0:
+        changes = {"changed_records": dg.MetadataValue.text("none: every record received was already stored as is")}
+    else:
+        changes = {
+            "changed_records": dg.MetadataValue.table(records=[dg.TableRecord(r) for r in rows], schema=CHANGES_SCHEMA),
+            "changed_records_shown": dg.MetadataValue.text(f"{len(rows)} of {changed}, newest datestamps first"),
+        }
+    if not has_deletions:
+        window.pop("deleted")  # no tombstone anywhere in the source (CSW, say): a flat zero plot
+    return window, changes

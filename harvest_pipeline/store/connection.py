@@ -46,6 +46,12 @@ def connection_config(db_path: str | Path) -> dict:
     }
 
 
+def _is_same_process_conflict(exc: Exception) -> bool:
+    # DuckDB keeps one database instance per file inside a process; an open whose configuration
+    # (read_only included) differs from the connections already open there is refused at once.
+    return "different configuration" in str(exc)
+
+
 def _is_being_created(exc: Exception, path: Path) -> bool:
     # Another process is writing the file's first bytes right now (two runs on a fresh catalogue).
     return "not a valid DuckDB database file" in str(exc) and path.exists() and path.stat().st_size < 1 << 20
@@ -63,6 +69,27 @@ def open_with_retry(path: str | Path, *, read_only: bool = False, wait_seconds: 
         except (duckdb.IOException, duckdb.ConnectionException, duckdb.InvalidInputException) as exc:
             if _is_being_created(exc, path) and time.monotonic() < deadline:
                 time.sleep(0.05)
+                continue
+            if _is_same_process_conflict(exc):
+                if read_only:
+                    # This process already has the file open for writing (a sensor next to another
+                    # in the code server): share that instance; the caller only reads.
+                    try:
+                        return duckdb.connect(str(path), read_only=False, config=connection_config(path))
+                    except (duckdb.IOException, duckdb.ConnectionException, duckdb.InvalidInputException):
+                        pass
+                if time.monotonic() >= deadline:
+                    raise StoreLockedError(
+                        f"could not open {path}: {exc}",
+                        hint=(
+                            "this process already holds the file open "
+                            f"{'for writing' if read_only else 'read-only'} (another thread: a sensor, a "
+                            "resource) and DuckDB refuses a second configuration of one file in one process; "
+                            "it opens once that connection is closed"
+                        ),
+                    ) from exc
+                time.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, 0.25)
                 continue
             if read_only and not path.exists():
                 raise HarvestError(

@@ -64,6 +64,11 @@ def staging_path(db_path: str | Path, source_id: str, window_start: datetime) ->
     return Path(db_path).parent / "staging" / source_id / (window_start.strftime("%Y%m%dT%H%M%S") + ".duckdb")
 
 
+def staging_window_start(staging_file: Path) -> datetime:
+    """The window start a staging file is named after (the inverse of `staging_path`)."""
+    return datetime.strptime(Path(staging_file).stem, "%Y%m%dT%H%M%S")
+
+
 class StagingWindow:
     """The open staging file of one window; only one process may hold it (DuckDB's file lock)."""
 

@@ -29,6 +29,11 @@ def test_definitions_load_with_one_partitioned_asset_checks_job_and_sensor(share
     assert keys[0] == shared_demo.stats()["earliest"][:10]
     assert {c.name for c in asset.check_specs} == {"complete", "no_duplicates", "cursor_closed"}
     assert defs.resolve_sensor_def("harvest_demo_watermark").default_status == dg.DefaultSensorStatus.RUNNING
+    # The asset catalog shows the first line; the asset page the rest: where to look next.
+    first, *rest = asset.descriptions_by_key[ASSET].splitlines()
+    assert first.startswith("Harvests demo: OAI-PMH ListRecords of") and "one day window per partition" in first
+    for where in ("**Partitions**", "**Checks**", "Plots", "harvest_demo_watermark", "harvest-pipeline status"):
+        assert where in "\n".join(rest)
 
 
 def test_materializing_one_window_records_metadata_and_passing_checks(shared_demo, db_path):
@@ -40,9 +45,10 @@ def test_materializing_one_window_records_metadata_and_passing_checks(shared_dem
         [mat] = result.get_asset_materialization_events()
         meta = {k: v.value for k, v in mat.materialization.metadata.items()}
         expected = window_stats(shared_demo, window)
-        assert meta["records"] == meta["completeListSize"] == expected["total"]
-        assert meta["deletions"] == expected["deleted"]
-        assert meta["upserts"] == expected["live"]
+        # Per-run counts are text (never plotted): read them back as numbers.
+        assert meta["records"] == int(meta["completeListSize"]) == expected["total"]
+        assert int(meta["deletions"]) == expected["deleted"]
+        assert int(meta["upserts"]) == expected["live"]
         assert meta["pages"] > 1 and meta["seconds"] > 0
         assert _checks(result) == {
             "complete": (True, "ERROR"), "no_duplicates": (True, "ERROR"), "cursor_closed": (True, "ERROR"),
@@ -51,6 +57,38 @@ def test_materializing_one_window_records_metadata_and_passing_checks(shared_dem
         record = instance.get_latest_asset_check_evaluation_record(dg.AssetCheckKey(ASSET, "complete"))
         assert record.partition == window.key
         assert record.status.value == "SUCCEEDED"
+
+
+def test_plotted_metadata_describes_the_window_and_survives_a_rerun(shared_demo, db_path):
+    defs = build_definitions([demo_source(shared_demo)])
+    window = day_window(4)
+    expected = window_stats(shared_demo, window)
+    events = []
+    with dg.instance_for_test() as instance:
+        for _ in range(2):
+            result = defs.resolve_job_def(job_name("demo")).execute_in_process(partition_key=window.key, instance=instance)
+            assert result.success
+            [mat] = result.get_asset_materialization_events()
+            events.append(mat.materialization.metadata)
+    # The UI plots the int and float entries of each partition's latest materialization.
+    plotted = [
+        {k: v.value for k, v in meta.items() if isinstance(v, (dg.IntMetadataValue, dg.FloatMetadataValue))}
+        for meta in events
+    ]
+    assert set(plotted[0]) == {"records", "live", "deleted", "pages", "seconds"}
+    assert (plotted[0]["live"], plotted[0]["deleted"]) == (expected["live"], expected["deleted"])
+    first, again = ({k: v for k, v in p.items() if k != "seconds"} for p in plotted)
+    assert again == first  # a re-harvest draws the same points
+    assert [int(m["created"].value) for m in events] == [expected["live"], 0]
+
+    preview = events[0]["changed_records"].value
+    assert [c.name for c in preview.schema.columns] == ["identifier", "datestamp", "action", "title"]
+    rows = [r.data for r in preview.records]
+    assert 0 < len(rows) <= 20 and events[0]["changed_records_shown"].value.endswith(f"of {expected['total']}, newest datestamps first")
+    assert {r["action"] for r in rows} <= {"created", "deleted"}
+    assert all(r["title"] for r in rows if r["action"] == "created")
+    assert all(r["datestamp"].startswith(window.key) and r["datestamp"].endswith("Z") for r in rows)
+    assert events[1]["changed_records"].value.startswith("none")
 
 
 def test_lying_complete_list_size_fails_the_check_in_dagster(demo, db_path):

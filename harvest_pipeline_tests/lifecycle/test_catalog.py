@@ -57,6 +57,15 @@ def test_catalog_asset_builds_view_stats_and_one_parquet_per_source(shared_demo,
         assert (entry["live"], entry["deleted"], entry["quarantined"], entry["export_rows"]) == (live, deleted, 0, live)
         assert parquet_rows(exports / f"{source_id}.parquet") == live
     assert meta["live_total"] == sum(live for live, _ in counts.values())
+    # A preview of the newest live records of each source, read from the catalogue itself.
+    latest = [r.data for r in meta["latest_records"].records]
+    with connect(db_path) as con:
+        for source_id in counts:
+            newest = con.execute(
+                "SELECT identifier, title FROM records WHERE source_id = ? AND NOT deleted"
+                " ORDER BY datestamp DESC, identifier LIMIT 5", [source_id],
+            ).fetchall()
+            assert [(r["identifier"], r["title"]) for r in latest if r["source_id"] == source_id] == newest
     with connect(db_path) as con:
         stats = con.execute("SELECT source_id, live, deleted, quarantined FROM source_stats ORDER BY 1").fetchall()
         view = con.execute("SELECT source_id, count(*), count(title) FROM catalog GROUP BY 1 ORDER BY 1").fetchall()

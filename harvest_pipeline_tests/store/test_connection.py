@@ -1,0 +1,72 @@
+"""Opening the catalogue from several threads of one process (the code server runs every sensor).
+
+DuckDB shares one database instance per file inside a process and refuses a second open whose
+configuration differs (read-only next to read-write). Seen live: `catalog_refresh` (read-only)
+skipped ticks next to a watermark sensor (read-write) with a hint about the path and permissions.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import dagster as dg
+import pytest
+
+from harvest_pipeline.defs.catalog import build_catalog_job, build_catalog_sensor
+from harvest_pipeline.errors import StoreLockedError
+from harvest_pipeline.store import connect
+
+
+def test_a_read_only_open_next_to_a_writer_in_the_same_process_reads(tmp_path):
+    db = tmp_path / "harvest.duckdb"
+    with connect(db) as writer:
+        writer.execute("CREATE TABLE written_here AS SELECT 'demo' AS source_id")
+        with connect(db, read_only=True, wait_seconds=1) as reader:
+            assert reader.execute("SELECT source_id FROM written_here").fetchall() == [("demo",)]
+
+
+def test_a_writer_next_to_a_read_only_open_waits_for_it_then_opens(tmp_path):
+    db = tmp_path / "harvest.duckdb"
+    with connect(db):
+        pass
+    reader_open, release = threading.Event(), threading.Event()
+
+    def read():
+        with connect(db, read_only=True):
+            reader_open.set()
+            release.wait(5)
+
+    thread = threading.Thread(target=read)
+    thread.start()
+    reader_open.wait(5)
+    threading.Timer(0.5, release.set).start()
+    started = time.monotonic()
+    with connect(db, wait_seconds=10) as writer:
+        writer.execute("CREATE TABLE written_here AS SELECT 1 AS x")
+    assert time.monotonic() - started >= 0.4
+    thread.join()
+
+
+def test_a_writer_that_waits_too_long_is_told_the_real_cause(tmp_path):
+    db = tmp_path / "harvest.duckdb"
+    with connect(db):
+        pass
+    with connect(db, read_only=True):
+        with pytest.raises(StoreLockedError) as err:
+            with connect(db, wait_seconds=0.3):
+                pass
+    text = f"{err.value}"
+    assert "this process already holds the file open read-only" in text
+    assert "HARVEST_DUCKDB_PATH" not in text
+
+
+def test_catalog_sensor_ticks_while_another_sensor_holds_the_catalogue_for_writing(tmp_path, monkeypatch):
+    db = tmp_path / "harvest.duckdb"
+    monkeypatch.setenv("HARVEST_DUCKDB_PATH", str(db))
+    sensor = build_catalog_sensor(build_catalog_job())
+    with dg.instance_for_test() as instance, connect(db) as watermark_sensor_connection:
+        watermark_sensor_connection.execute("SELECT count(*) FROM harvest_windows").fetchone()
+        result = sensor(dg.build_sensor_context(instance=instance))
+    assert isinstance(result, dg.SensorResult), result
+    assert len(result.run_requests) == 1
