@@ -16,6 +16,7 @@ def register(sub) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from harvest_pipeline.http.redaction import redact_text
     from harvest_pipeline.sources import load_sources
     from harvest_pipeline.store import connect, default_db_path
     from harvest_pipeline.store.staging import open_staging_files, window_is_locked
@@ -35,13 +36,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     for s, summary in zip(sources, summaries):
         wm = summary["watermark"]
         summary["lag_seconds"] = (now - wm).total_seconds() if wm else None
-        summary["url"] = s.url
+        summary["url"] = redact_text(s.url)  # the source's secrets are registered at load
         summary["window"] = s.window
         summary["open_cursors"] = [
             {"window": p.stem, "state": "running" if window_is_locked(p) else "interrupted"}
             for p in open_staging_files(db_path, s.id)
         ]
-        summary["failing_windows"] = [{"window": w, "status": st, "error": e} for w, st, e in failing[s.id]]
+        summary["failing_windows"] = [{"window": w, "status": st, "error": redact_text(e) if e else e}
+                                      for w, st, e in failing[s.id]]
         out.append(summary)
     if args.json:
         print(json.dumps(out, default=json_default, indent=2))
