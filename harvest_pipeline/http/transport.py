@@ -364,7 +364,7 @@ class Transport:
         cut_by_budget = self.not_after is not None and self.not_after < at
         if cut_by_budget:
             at = self.not_after
-        phase = {"name": "the response headers", "bytes": 0}
+        phase = {"name": "the response headers"}
         with deadlines.armed(at) as dl:
             try:
                 return self._exchange(method, url, params, data, headers, auth, shown,
@@ -440,7 +440,8 @@ class Transport:
                     continue
                 if not 200 <= status < 300:
                     return self._status_error(resp, status, shown)
-                phase["name"] = "the rest of the body"
+                if not dl.fired:  # a cut-off header block can parse as a short one
+                    phase["name"] = "the rest of the body"
                 out = self._body.read(resp, shown, expect_body, dl.at)
                 out.redirects = hops
                 return out
