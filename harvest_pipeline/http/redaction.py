@@ -11,11 +11,13 @@ whatever the parameter or header it came under, and also removes URL userinfo an
 query parameters whose names look secret (``api_key``, ``token``, ``secret``, ``password``,
 ``sig`` ...; not ``resumptionToken``). It runs wherever text leaves the process or is stored:
 every :class:`~harvest_pipeline.errors.HarvestError` message, transport events and logs, the
-ledger's errors and warnings, reconciliation reasons, ``status`` output.
+ledger's errors and warnings, reconciliation reasons, ``status`` output, and the log records of
+urllib3 and requests (:func:`redact_library_logs`, which log every URL at DEBUG).
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections.abc import Iterable, Mapping
@@ -124,6 +126,31 @@ def redact_text(text) -> str:
         if s in text:
             text = text.replace(s, "***")
     return text
+
+
+class RedactingFilter(logging.Filter):
+    """Redacts a log record's text before any handler sees it (urllib3 logs every URL at DEBUG)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        clean = redact_text(message)
+        if clean != message:
+            record.msg, record.args = clean, None
+        return True
+
+
+# Libraries under the transport that put URLs (with their query strings) into log records.
+LIBRARY_LOGGERS = ("urllib3.connectionpool", "urllib3.connection", "urllib3.response",
+                   "urllib3.util.retry", "urllib3.poolmanager", "requests")
+_FILTER = RedactingFilter()
+
+
+def redact_library_logs() -> None:
+    """Put the redacting filter on the loggers of urllib3 and requests (idempotent)."""
+    for name in LIBRARY_LOGGERS:
+        logger = logging.getLogger(name)
+        if _FILTER not in logger.filters:
+            logger.addFilter(_FILTER)
 
 
 class Redactor:

@@ -46,6 +46,7 @@ from harvest_pipeline.http.redaction import (
     HARMLESS_HEADERS,
     Redactor,
     is_secret_name,
+    redact_library_logs,
     redact_text,
     strip_credentials,
 )
@@ -162,6 +163,7 @@ class Transport:
         self.not_after: float | None = None  # time.monotonic() value: the caller's time budget
         self._budget_label = ""
         deadlines.install(self.session)
+        redact_library_logs()
 
     def __repr__(self) -> str:
         return f"Transport(max_retries={self.http.max_retries}, state_dir={self.state_dir})"
