@@ -58,7 +58,9 @@ class Deadline:
             if self._done:
                 return
             self.fired = True
-            sock = getattr(self._conn, "sock", None)
+            # http.client drops conn.sock once a "Connection: close" response has its headers;
+            # the socket object the body is read from is kept aside for us.
+            sock = getattr(self._conn, "sock", None) or getattr(self._conn, "deadline_sock", None)
         if sock is not None:
             try:  # shutdown (not close) wakes a read blocked in another thread
                 sock.shutdown(socket.SHUT_RDWR)
@@ -129,24 +131,29 @@ def _register(conn) -> None:
         d.attach(conn)
 
 
-class _DeadlineHTTPConnection(HTTPConnection):
+class _DeadlineMixin:
+    """Registers the connection with the calling thread's deadline, and keeps its socket."""
+
+    deadline_sock = None
+
     def request(self, *args, **kwargs):  # every request, also on a kept-alive connection
+        if self.sock is not None:
+            self.deadline_sock = self.sock
         _register(self)
         return super().request(*args, **kwargs)
 
     def connect(self):
         super().connect()
+        self.deadline_sock = self.sock
         _register(self)  # the socket exists now: a deadline that passed meanwhile fires on it
 
 
-class _DeadlineHTTPSConnection(HTTPSConnection):
-    def request(self, *args, **kwargs):
-        _register(self)
-        return super().request(*args, **kwargs)
+class _DeadlineHTTPConnection(_DeadlineMixin, HTTPConnection):
+    pass
 
-    def connect(self):
-        super().connect()
-        _register(self)
+
+class _DeadlineHTTPSConnection(_DeadlineMixin, HTTPSConnection):
+    pass
 
 
 class _DeadlineHTTPPool(HTTPConnectionPool):

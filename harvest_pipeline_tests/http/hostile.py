@@ -103,7 +103,9 @@ class RawServer:
 
 
 def response_head(status: str = "200 OK", headers: dict[str, str] | None = None) -> bytes:
-    lines = [f"HTTP/1.1 {status}", *(f"{k}: {v}" for k, v in (headers or {}).items())]
+    """A status line and headers; ``Connection: close`` unless given (RawServer closes)."""
+    headers = {"Connection": "close", **(headers or {})}
+    lines = [f"HTTP/1.1 {status}", *(f"{k}: {v}" for k, v in headers.items())]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 

@@ -36,7 +36,7 @@ FAST = {"backoff_base_seconds": 0.001, "backoff_max_seconds": 0.01}
 # --------------------------------------------------------------- item 1: one deadline per request
 
 
-@pytest.mark.parametrize("phase", ["headers", "body"])
+@pytest.mark.parametrize("phase", ["headers", "body", "body-keep-alive"])
 def test_a_trickling_server_is_cut_off_at_the_request_deadline(phase):
     # One byte every 0.2 s never trips the 0.5 s silence limit; the deadline (10 x 0.5 s by
     # default) must end the request anyway, whether the headers or the body trickle.
@@ -48,8 +48,9 @@ def test_a_trickling_server_is_cut_off_at_the_request_deadline(phase):
             conn.sendall(b"HTTP/1.1 200 OK\r\n")
             trickle(conn, b"X-Slow: " + b"a" * 400 + b"\r\n\r\n", 0.2, stop, limit=25)
         else:
-            conn.sendall(response_head("200 OK", {"Content-Type": "text/xml",
-                                                  "Content-Length": str(len(body))}))
+            conn.sendall(response_head("200 OK", {
+                "Content-Type": "text/xml", "Content-Length": str(len(body)),
+                "Connection": "keep-alive" if phase == "body-keep-alive" else "close"}))
             trickle(conn, body, 0.2, stop, limit=25)
 
     with RawServer(handle) as srv:
