@@ -46,7 +46,8 @@ def resolve_start(source: SourceConfig, db_path: Path, *, timeout: float = 5.0) 
     key = _cache_key(source)
     try:
         quick = source.model_copy(
-            update={"http": source.http.model_copy(update={"timeout_seconds": timeout, "max_retries": 0})}
+            update={"http": source.http.model_copy(update={
+                "timeout_seconds": timeout, "request_deadline_seconds": timeout, "max_retries": 0})}
         )
         said = lister_for(quick).describe().get("earliest_datestamp")
         if not said:

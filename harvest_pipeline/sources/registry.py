@@ -57,13 +57,6 @@ class HttpSettings(BaseModel):
     # source's secrets (headers_from_env, auth, secret query parameters) never go along.
     allow_cross_origin_redirects: bool = False
 
-    @property
-    def deadline_seconds(self) -> float:
-        """The wall-clock limit of one attempt."""
-        if self.request_deadline_seconds is not None:
-            return self.request_deadline_seconds
-        return 10 * self.timeout_seconds
-
 
 class TraversalLimits(BaseModel):
     """The budget of one traversal: a window, a full harvest or a reconciliation listing.
