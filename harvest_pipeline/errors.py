@@ -4,7 +4,11 @@ from __future__ import annotations
 
 
 class HarvestError(Exception):
-    """Base error. `str()` names source, window and URL when known, and a hint for the operator."""
+    """Base error. `str()` names source, window and URL when known, and a hint for the operator.
+
+    `str()` is redacted: no configured secret (see :mod:`harvest_pipeline.http.redaction`) ever
+    leaves through an error, whatever text the server echoed into it.
+    """
 
     def __init__(
         self,
@@ -15,7 +19,7 @@ class HarvestError(Exception):
         url: str | None = None,
         hint: str | None = None,
     ):
-        super().__init__(message)
+        super().__init__(_redacted(message))
         self.message = message
         self.source_id = source_id
         self.window = window
@@ -43,7 +47,16 @@ class HarvestError(Exception):
             parts.append("(" + ", ".join(where) + ")")
         if self.hint:
             parts.append("- " + self.hint)
-        return " ".join(parts)
+        return _redacted(" ".join(parts))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self)!r})"
+
+
+def _redacted(text: str) -> str:
+    from harvest_pipeline.http.redaction import redact_text  # late: http imports this module
+
+    return redact_text(text)
 
 
 class ConfigError(HarvestError):
@@ -119,3 +132,12 @@ class ResponseTooLarge(TransportError):
     def __init__(self, message: str, *, limit_bytes: int, **kw):
         super().__init__(message, **kw)
         self.limit_bytes = limit_bytes
+
+
+class BudgetExceeded(ProtocolError):
+    """A traversal went beyond its budget (pages, records, time, token length) or looped; the
+    message names the guard (see the README's fault matrix)."""
+
+    def __init__(self, guard: str, message: str, **kw):
+        super().__init__(f"guard '{guard}': {message}", **kw)
+        self.guard = guard

@@ -16,6 +16,7 @@ def register(sub) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from harvest_pipeline.http.redaction import redact_text
     from harvest_pipeline.sources import load_sources
     from harvest_pipeline.store import connect, default_db_path, ledger
     from harvest_pipeline.store.staging import open_staging_files, staging_window_start, window_is_locked
@@ -41,7 +42,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     for s, summary in zip(sources, summaries):
         wm = summary["watermark"]
         summary["lag_seconds"] = (now - wm).total_seconds() if wm else None
-        summary["url"] = s.url
+        summary["url"] = redact_text(s.url)  # the source's secrets are registered at load
         summary["window"] = s.window
         summary["open_cursors"] = [
             {
@@ -52,7 +53,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             }
             for p, start in staging[s.id].items()
         ]
-        summary["failing_windows"] = [{"window": w, "status": st, "error": e} for w, st, e in failing[s.id]]
+        summary["failing_windows"] = [{"window": w, "status": st, "error": redact_text(e) if e else e}
+                                      for w, st, e in failing[s.id]]
         out.append(summary)
     if args.json:
         print(json.dumps(out, default=json_default, indent=2))

@@ -7,6 +7,7 @@ and without either the source falls back to a recent start and says so in its as
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from datetime import datetime, timedelta, timezone
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from harvest_pipeline.dates import parse_datestamp
 from harvest_pipeline.harvest.listers import lister_for
+from harvest_pipeline.http.redaction import redact_text
 from harvest_pipeline.sources import SourceConfig
 
 log = logging.getLogger(__name__)
@@ -31,15 +33,21 @@ def _read_cache(db_path: Path) -> dict:
         return {}
 
 
+def _cache_key(source: SourceConfig) -> str:
+    """The source's id and a digest of its URL: the file never holds a key the URL carries."""
+    return f"{source.id}|{hashlib.sha256(source.url.encode()).hexdigest()[:16]}"
+
+
 def resolve_start(source: SourceConfig, db_path: Path, *, timeout: float = 5.0) -> tuple[datetime, str]:
     """Return (start, how it was found) for the source's partitions definition."""
     if source.start is not None:
         return source.start, "configured start"
     cache = _read_cache(db_path)
-    key = f"{source.id}|{source.url}"
+    key = _cache_key(source)
     try:
         quick = source.model_copy(
-            update={"http": source.http.model_copy(update={"timeout_seconds": timeout, "max_retries": 0})}
+            update={"http": source.http.model_copy(update={
+                "timeout_seconds": timeout, "request_deadline_seconds": timeout, "max_retries": 0})}
         )
         said = lister_for(quick).describe().get("earliest_datestamp")
         if not said:
@@ -56,5 +64,6 @@ def resolve_start(source: SourceConfig, db_path: Path, *, timeout: float = 5.0) 
         if key in cache:
             return parse_datestamp(cache[key]), "cached Identify earliestDatestamp (server unreachable now)"
         fallback = datetime.now(timezone.utc) - timedelta(days=FALLBACK_DAYS)
-        log.warning("source %s: Identify failed (%s); partitions start %s days ago until it answers", source.id, exc, FALLBACK_DAYS)
-        return fallback, f"FALLBACK: Identify failed ({exc}); set `start:` in the sources file"
+        said = redact_text(exc)  # the description and the log are stored facts: no secret in them
+        log.warning("source %s: Identify failed (%s); partitions start %s days ago until it answers", source.id, said, FALLBACK_DAYS)
+        return fallback, f"FALLBACK: Identify failed ({said}); set `start:` in the sources file"

@@ -29,7 +29,8 @@ class OaiLister:
     def __init__(self, source: SourceConfig, client: OAIClient | None = None, state_dir: Path | None = None):
         self.source = source
         if client is None:
-            client = OAIClient(source.url, **transport_kwargs(source, state_dir))
+            client = OAIClient(source.url, max_token_bytes=source.traversal.max_token_bytes,
+                               **transport_kwargs(source, state_dir))
         self.client = client
         self._identify = None
 

@@ -24,6 +24,7 @@ from typing import Callable
 import duckdb
 
 from harvest_pipeline.errors import HarvestError
+from harvest_pipeline.harvest.budget import TraversalBudget, bind_time_budget
 from harvest_pipeline.harvest.listers import Lister, lister_for
 from harvest_pipeline.harvest.rows import content_hash
 from harvest_pipeline.sources import SourceConfig
@@ -128,11 +129,15 @@ def reconcile_source(
     try:
         try:
             lister = lister or lister_for(source, state_dir=Path(db_path).parent / "hosts")
+            bind_time_budget(lister, source.traversal, started)
             described = lister.describe()
             size, listed = None, 0
+            # The listing is a token loop like a window's: same budget, same cycle detection.
+            budget = TraversalBudget(source.traversal, started=started)
             for n, page in enumerate(lister.identifiers(), 1):
                 if size is None:
                     size = page.resumption.complete_list_size
+                budget.check(page, size, n)
                 listing.add([r.identifier for r in page.records], [r.deleted for r in page.records])
                 listed += len(page.records)
                 if progress is not None:

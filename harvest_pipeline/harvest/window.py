@@ -18,11 +18,13 @@ from harvest_pipeline.errors import (
     BadResumptionToken, DeferredError, HarvestError, MalformedXMLError, ProtocolError, WindowBusyError,
 )
 from harvest_pipeline.crashpoints import crashpoint
+from harvest_pipeline.harvest.budget import TraversalBudget, bind_time_budget
 from harvest_pipeline.harvest.listers import Lister, lister_for
 from harvest_pipeline.harvest.plausibility import cap_future_datestamps
 from harvest_pipeline.harvest.prefetch import prefetch
 from harvest_pipeline.harvest.rows import page_rows
 from harvest_pipeline.sources import SourceConfig
+from harvest_pipeline.sources.registry import TraversalLimits
 from harvest_pipeline.store import connect as store_connect
 from harvest_pipeline.store import ledger, transaction
 from harvest_pipeline.store.merge import MergeCounts, merge_staging
@@ -37,8 +39,6 @@ log = logging.getLogger(__name__)
 MAX_RESTARTS = 2
 # How often a page that does not parse at all is fetched again before the window fails.
 MAX_MALFORMED_REFETCHES = 2
-# Pagination guards: more pages than this with no completeListSize means the server loops.
-MAX_PAGES_WITHOUT_SIZE = 1_000_000
 # The server's final token starts the list again (pycsw 2.x in OAI-PMH mode): once seen with a
 # completeListSize that proves the list was traversed, a restart without one ends the list too.
 QUIRK_FINAL_TOKEN_RESTARTS_LIST = "final-token-restarts-list"
@@ -193,6 +193,7 @@ def harvest_window(
         # row to the run that holds it (it raises WindowBusyError and writes nothing).
         staging = StagingWindow(staging_path(db_path, source.id, window.start))
         lister = lister or lister_for(source, state_dir=Path(db_path).parent / "hosts")
+        bind_time_budget(lister, source.traversal, started)
         described = lister.describe()
         # The overlap re-asks for a little before the window, for servers whose indexes lag.
         overlap = timedelta(seconds=source.overlap_seconds)
@@ -332,14 +333,16 @@ def _server_clock_behind(window: Window, response_date: str | None) -> DeferredE
 class _Guards:
     """Pagination guards: stop a traversal that loops or grows beyond belief, naming the guard."""
 
-    def __init__(self, received_before: int, *, first_identifier: str | None = None, quirks=frozenset()):
-        self.seen_tokens: set[str] = set()
+    def __init__(self, received_before: int, limits: TraversalLimits | None = None, *,
+                 first_identifier: str | None = None, quirks=frozenset()):
         self.first_identifier = first_identifier
         self.received = received_before
         self.cursor_warned = False
         self.restart_ends_list = QUIRK_FINAL_TOKEN_RESTARTS_LIST in quirks
         self.learned: set[str] = set()  # quirks this traversal proved, for source_state
         self.list_ended = False  # the last page checked ended the list although it had a token
+        # Tokens (length, cycles), pages, records and time: see harvest/budget.py.
+        self.budget = TraversalBudget(limits, received_before=received_before)
 
     def check(self, page, complete_list_size: int | None, pages_done: int) -> list[str]:
         warnings = []
@@ -349,32 +352,12 @@ class _Guards:
                 self.first_identifier = first
             elif first == self.first_identifier:
                 return self._restarted(page, complete_list_size)
-        token = page.next_token
-        if token is not None and token in self.seen_tokens:
-            raise ProtocolError(
-                f"guard 'repeated-token': the server sent token {token!r} twice in one traversal",
-                url=page.url, hint="the server loops; report it to its maintainers",
-            )
-        if token is not None:
-            self.seen_tokens.add(token)
+        self.budget.check(page, complete_list_size, pages_done)
         cursor = page.resumption.cursor
         if cursor is not None and cursor != self.received and not self.cursor_warned:
             warnings.append(f"the server's cursor ({cursor}) differs from the records received before that page ({self.received}); ignored")
             self.cursor_warned = True
         self.received += len(page.records) + len(page.quarantined)
-        if complete_list_size is not None:
-            if self.received > complete_list_size * 2 + 100:
-                raise ProtocolError(
-                    f"guard 'count-overflow': received {self.received} records, far beyond completeListSize "
-                    f"{complete_list_size}", url=page.url, hint="the server repeats records; report it",
-                )
-            if pages_done > complete_list_size + 10:
-                raise ProtocolError(
-                    f"guard 'page-limit': {pages_done} pages for completeListSize {complete_list_size}",
-                    url=page.url, hint="the server loops; report it",
-                )
-        elif pages_done > MAX_PAGES_WITHOUT_SIZE:
-            raise ProtocolError(f"guard 'page-limit': more than {MAX_PAGES_WITHOUT_SIZE} pages", url=page.url)
         return warnings
 
     def _restarted(self, page, complete_list_size: int | None) -> list[str]:
@@ -428,7 +411,7 @@ def _run_token_loop(
     (`prefetch`); this thread only commits pages, in order, each with the token after it.
     """
     cursor = staging.cursor()
-    guards = _Guards(cursor.received + cursor.quarantined_unparsed, first_identifier=staging.first_identifier(), quirks=quirks)
+    guards = _Guards(cursor.received + cursor.quarantined_unparsed, source.traversal, first_identifier=staging.first_identifier(), quirks=quirks)
     prepared = _prepared_pages(
         source, window, lister, lister.pages(from_param=from_param, until_param=until_param, resume_token=cursor.token),
         guards=guards, pages_before=cursor.pages,

@@ -1,7 +1,8 @@
 """Reading a response body: streamed, decoded by us, capped, checked for truncation.
 
-``timeout_seconds`` bounds connecting and every silence while reading; a body that trickles in is
-also cut off after ``10 * timeout_seconds`` in total. The transport asks for ``Accept-Encoding:
+``timeout_seconds`` bounds connecting and every silence while reading; the whole attempt,
+headers and body, is bounded by its deadline (:mod:`.deadline`; the transport arms it, this
+reader also checks it between chunks). The transport asks for ``Accept-Encoding:
 gzip, deflate`` and the body is decoded here from the raw stream, so ``max_response_mb`` caps the
 *decompressed* bytes (a decompression bomb stops at the cap, it is never inflated in full). A body
 that is gzip-compressed without a Content-Encoding header (seen in the wild) is detected by its
@@ -9,6 +10,12 @@ magic bytes and decompressed under the same cap. Going over the cap raises
 :class:`~harvest_pipeline.errors.ResponseTooLarge`; it is not retried. A body cut short (fewer
 bytes than Content-Length, a compressed stream that ends early) or empty where one is expected
 raises :class:`~harvest_pipeline.http.retries.Retryable`.
+
+One exception, a common server bug (pycsw 2.x behind gzip): ``Content-Encoding: gzip`` with the
+Content-Length of the *uncompressed* body, the connection closed after the shorter compressed
+one. A gzip member carries its own CRC-32 and length, so a complete member whose trailer checks
+out proves the body whole: it is accepted, and :attr:`TransportResponse.quirks` names the quirk
+(the transport turns it into a warning). A member cut short is still a truncated body.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ import http.client
 import time
 import zlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import urllib3.exceptions
 
@@ -26,7 +33,7 @@ from harvest_pipeline.http.retries import Retryable
 
 GZIP_MAGIC = b"\x1f\x8b"
 _CHUNK = 64 * 1024
-BODY_DEADLINE_FACTOR = 10
+QUIRK_GZIP_LENGTH = "gzip-content-length-uncompressed"
 
 
 @dataclass
@@ -42,11 +49,13 @@ class TransportResponse:
     encoding: str | None = None  # the Content-Encoding that was decoded, if any
     sniffed_gzip: bool = False
     raw_bytes: int = 0  # bytes on the wire (before decoding)
+    quirks: list[str] = field(default_factory=list)  # server bugs worked around, one line each
+    redirects: list[str] = field(default_factory=list)  # each redirect followed, one line each
 
 
 @dataclass(frozen=True)
 class BodyReader:
-    """Reads bodies within ``cap`` decoded bytes and ``timeout * BODY_DEADLINE_FACTOR`` seconds.
+    """Reads bodies within ``cap`` decoded bytes and before the attempt's deadline.
 
     ``redact`` cleans the messages that quote a library's error text.
     """
@@ -56,8 +65,9 @@ class BodyReader:
     sniff_gzip: bool
     redact: Callable[[str], str]
 
-    def read(self, resp, shown: str, expect_body: bool, started: float) -> TransportResponse:
-        """The whole body of the 2xx ``resp`` (requests, ``stream=True``), sent at ``started``."""
+    def read(self, resp, shown: str, expect_body: bool, deadline: float) -> TransportResponse:
+        """The whole body of the 2xx ``resp`` (requests, ``stream=True``), read before
+        ``deadline`` (a ``time.monotonic()`` value)."""
         cap = self.cap
         encoding = (resp.headers.get("Content-Encoding") or "").strip().lower()
         declared = resp.headers.get("Content-Length")
@@ -66,6 +76,7 @@ class BodyReader:
             # An adapter that already holds the body (tests, caches): no wire-level checks.
             body = resp.content or b""
             raw_bytes = len(body)
+            quirks = []
             if len(body) > cap:
                 raise self._too_large(shown, cap)
             decoded_as = None
@@ -80,7 +91,7 @@ class BodyReader:
             parts: list[bytes] = []
             total = 0
             raw_bytes = 0
-            deadline = started + self.timeout * BODY_DEADLINE_FACTOR
+            broken = None  # the error that ended the stream early, if any
             try:
                 for chunk in raw.stream(_CHUNK, decode_content=False):
                     raw_bytes += len(chunk)
@@ -90,36 +101,47 @@ class BodyReader:
                         raise self._too_large(shown, cap, decoder.note)
                     parts.append(out)
                     if time.monotonic() > deadline:
-                        raise Retryable("body too slow", TransportError(
-                            f"the body was still arriving after "
-                            f"{self.timeout * BODY_DEADLINE_FACTOR:g} s", url=shown,
-                            hint="the server sends very slowly; retry later or raise "
-                                 "http.timeout_seconds"))
-                tail = decoder.finish(cap - total + 1)
+                        raise DeadlinePassed()
             except urllib3.exceptions.ReadTimeoutError as e:
                 raise Retryable("ReadTimeout", TransportError(
                     f"no answer within {self.timeout:g} s while reading the body (ReadTimeout)",
                     url=shown, hint="the server stalled mid-body; retry later or raise "
                                     "http.timeout_seconds")) from e
             except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError) as e:
-                raise Retryable("truncated body", TransportError(
-                    self.redact(f"the connection broke while reading the body after "
-                                f"{raw_bytes} bytes ({type(e).__name__}: {e})"),
-                    url=shown, hint="a network or server hiccup; retry later")) from e
-            total += len(tail)
-            if total > cap:
-                raise self._too_large(shown, cap, decoder.note)
-            parts.append(tail)
-            body = b"".join(parts)
+                broken = e
+            tail = decoder.finish(cap - total + 1)
+            quirks = []
+            want = None
             if declared is not None:
                 try:
                     want = int(declared)
                 except ValueError:
                     want = None
-                if want is not None and raw_bytes < want:
-                    raise Retryable("truncated body", TransportError(
-                        f"truncated body: {raw_bytes} of {want} bytes (Content-Length)",
-                        url=shown, hint="a network or server hiccup; retry later"))
+            short = broken is not None or (want is not None and raw_bytes < want)
+            if short and decoder.whole_gzip_member:
+                # pycsw 2.x behind gzip: Content-Length of the uncompressed body, connection
+                # closed after the compressed one. The member's CRC-32 and length checked out.
+                quirks.append(
+                    f"{QUIRK_GZIP_LENGTH}: the server sent Content-Encoding: gzip with "
+                    f"Content-Length {declared} (the uncompressed size is "
+                    f"{total + len(tail)}) and closed the connection after {raw_bytes} "
+                    "compressed bytes; the gzip member is complete and its CRC-32 and length "
+                    "check out, so the body was accepted (a known pycsw 2.x bug)")
+            elif broken is not None:
+                e = broken
+                raise Retryable("truncated body", TransportError(
+                    self.redact(f"the connection broke while reading the body after "
+                                f"{raw_bytes} bytes ({type(e).__name__}: {e})"),
+                    url=shown, hint="a network or server hiccup; retry later")) from e
+            elif want is not None and raw_bytes < want:
+                raise Retryable("truncated body", TransportError(
+                    f"truncated body: {raw_bytes} of {want} bytes (Content-Length)",
+                    url=shown, hint="a network or server hiccup; retry later"))
+            total += len(tail)
+            if total > cap:
+                raise self._too_large(shown, cap, decoder.note)
+            parts.append(tail)
+            body = b"".join(parts)
             if decoder.truncated:
                 raise Retryable("truncated body", TransportError(
                     f"truncated body: the {encoding} stream ends early", url=shown,
@@ -139,7 +161,7 @@ class BodyReader:
         return TransportResponse(
             url=shown, status_code=resp.status_code, reason=resp.reason or "",
             headers=resp.headers, content=body, encoding=decoded_as, sniffed_gzip=sniffed,
-            raw_bytes=raw_bytes,
+            raw_bytes=raw_bytes, quirks=quirks,
         )
 
     def _too_large(self, shown: str, cap: int, note: str = "") -> ResponseTooLarge:
@@ -168,6 +190,10 @@ class BodyReader:
                 "truncated body: the gzip-compressed body (no Content-Encoding header) ends "
                 "early", url=shown, hint="a network or server hiccup; retry later"))
         return out
+
+
+class DeadlinePassed(Exception):
+    """The attempt's deadline passed while the body was arriving (the transport words it)."""
 
 
 class Decoder:
@@ -215,6 +241,11 @@ class Decoder:
                 f"the body says Content-Encoding: {self.encoding} but does not decompress: {e}",
                 url=self.shown, hint="the server sends a broken body; report it to its operators",
             ) from e
+
+    @property
+    def whole_gzip_member(self) -> bool:
+        """A gzip stream that reached the end of its member: zlib checked its CRC-32 and ISIZE."""
+        return self.encoding in ("gzip", "x-gzip") and self._d is not None and self._d.eof
 
     def finish(self, room: int) -> bytes:
         if self._d is None:

@@ -93,8 +93,10 @@ class TransportEvent:
 
     ``kind``: ``"retry"`` (attempt ``attempt`` failed, the next starts in ``delay_seconds``),
     ``"recovered"`` (the request succeeded on attempt ``attempt`` after the failures in
-    ``reasons``), ``"gave_up"`` (all attempts failed; the error follows) or ``"deferred"`` (the
-    server's Retry-After exceeds the cap; DeferredError follows). ``url`` is redacted.
+    ``reasons``), ``"gave_up"`` (all attempts failed; the error follows), ``"deferred"`` (the
+    server's Retry-After exceeds the cap; DeferredError follows), ``"redirect"`` (the request
+    was redirected; ``reason`` says from where to where) or ``"quirk"`` (a server bug was worked
+    around; ``reason`` names it). ``url`` is redacted.
     """
 
     kind: str
@@ -121,6 +123,8 @@ class TransportEvent:
         if self.kind == "gave_up":
             return (f"gave up after {self.attempt} attempts "
                     f"({count_reasons(list(self.reasons))}): {where}")
+        if self.kind in ("redirect", "quirk"):
+            return f"{self.reason}: {where}"
         if self.kind == "deferred":
             return (f"deferred: the server asked to come back in {self.delay_seconds:.0f} s "
                     f"(Retry-After: {self.retry_after}): {where}")

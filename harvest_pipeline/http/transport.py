@@ -5,14 +5,24 @@ or raises one :class:`~harvest_pipeline.errors.HarvestError`. It puts the packag
 together around each attempt: the retry loop (:mod:`.retries`), the per-host gate
 (:mod:`.politeness`), the body reader (:mod:`.body`) and redaction (:mod:`.redaction`).
 
+Each attempt has one wall-clock deadline, headers and body included
+(``http.request_deadline_seconds``, see :mod:`.deadline`); a caller bounding a whole traversal
+sets :meth:`Transport.set_time_budget`, and no attempt, retry or wait then runs past it.
+
+Redirects are followed here, not by requests: same-origin ones (and ``http`` -> ``https`` on the
+same host), or any when ``http.allow_cross_origin_redirects`` is set; a redirect to another
+origin never carries the source's secrets (secret headers, auth, secret query values). Every
+redirect is an event, hence a warning on the window (a permanent one says to update the URL).
+
 Events go to the ``on_event`` callback (if given), to the logger ``harvest_pipeline.http``
 (WARNING for retries and give-ups), and into ``Transport.events``.
 ``Transport.drain_warnings()`` returns (and forgets) one line per affected request, e.g.
 ``"retried 3x (HTTP 503 x3), then succeeded: GET http://..."``, ready to be stored as a window
 warning. ``Transport.stats`` counts requests, attempts, retries and seconds spent waiting.
 
-One :class:`requests.Session` per transport (keep-alive); a session passed in is used as is and
-never mutated (headers go with each request).
+One :class:`requests.Session` per transport (keep-alive); a session passed in keeps its
+headers and adapters, except that requests' default adapters are replaced by the deadline-aware
+:class:`~.deadline.DeadlineAdapter` (headers go with each request).
 """
 
 from __future__ import annotations
@@ -24,14 +34,22 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlencode
+from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
 
 import requests
 
-from harvest_pipeline.errors import DeferredError, HTTPStatusError, TransportError
-from harvest_pipeline.http.body import BodyReader, TransportResponse
+from harvest_pipeline.errors import BudgetExceeded, DeferredError, HTTPStatusError, TransportError
+from harvest_pipeline.http import deadline as deadlines
+from harvest_pipeline.http.body import BodyReader, DeadlinePassed, TransportResponse
 from harvest_pipeline.http.politeness import SlotTimeout, gate_for, host_key
-from harvest_pipeline.http.redaction import Redactor, strip_credentials
+from harvest_pipeline.http.redaction import (
+    HARMLESS_HEADERS,
+    Redactor,
+    is_secret_name,
+    redact_library_logs,
+    redact_text,
+    strip_credentials,
+)
 from harvest_pipeline.http.retries import (
     RETRY_STATUSES,
     STATUS_REASONS,
@@ -48,6 +66,41 @@ if TYPE_CHECKING:
 log = logging.getLogger("harvest_pipeline.http")
 
 DEFAULT_USER_AGENT = "harvest_pipeline/0.1 (+OAI-PMH harvester)"
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+PERMANENT_REDIRECTS = frozenset({301, 308})
+MAX_REDIRECTS = 10
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) of a URL, the port made explicit."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return scheme, (parts.hostname or "").lower(), port or _DEFAULT_PORTS.get(scheme)
+
+
+def same_origin(a: str, b: str) -> bool:
+    """Same scheme, host and port; an upgrade from http to https on the same host counts too."""
+    oa, ob = origin(a), origin(b)
+    if oa == ob:
+        return True
+    return (oa[0], ob[0]) == ("http", "https") and oa[1] == ob[1] and (oa[2], ob[2]) == (80, 443)
+
+
+def without_secret_params(url: str) -> str:
+    """``url`` without the query parameters that carry secrets (by name or registered value)."""
+    parts = urlsplit(url)
+    if not parts.query:
+        return url
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    kept = [(k, v) for k, v in pairs if not is_secret_name(k) and redact_text(v) == v]
+    if len(kept) == len(pairs):
+        return url
+    return urlunsplit(parts._replace(query=urlencode(kept)))
 
 
 class Transport:
@@ -104,6 +157,13 @@ class Transport:
         self._redactor = Redactor()
         self._redactor.collect(self.auth, self.headers)
         self._body = BodyReader(self.max_body_bytes, self.timeout, sniff_gzip, self.redact)
+        # One attempt's wall-clock limit (default 10x the silence limit this transport uses).
+        self.deadline_seconds = (float(http.request_deadline_seconds)
+                                 if http.request_deadline_seconds is not None else 10 * self.timeout)
+        self.not_after: float | None = None  # time.monotonic() value: the caller's time budget
+        self._budget_label = ""
+        deadlines.install(self.session)
+        redact_library_logs()
 
     def __repr__(self) -> str:
         return f"Transport(max_retries={self.http.max_retries}, state_dir={self.state_dir})"
@@ -117,6 +177,22 @@ class Transport:
     def redact(self, text: str) -> str:
         """``text`` without credentials (see :mod:`harvest_pipeline.http.redaction`)."""
         return self._redactor.redact(text)
+
+    # ----------------------------------------------------------------------- time budget
+
+    def set_time_budget(self, not_after: float | None, label: str = "the time budget") -> None:
+        """No attempt, retry or wait of this transport runs past ``not_after`` (a
+        ``time.monotonic()`` value; None lifts it). ``label`` names the budget in the error,
+        e.g. ``"traversal.max_seconds (21600 s)"``."""
+        self.not_after = not_after
+        self._budget_label = label
+
+    def _budget_error(self, shown: str, what: str) -> BudgetExceeded:
+        return BudgetExceeded(
+            "time-limit", f"{self._budget_label} ran out {what}", url=shown,
+            hint="the server is too slow for this budget: run the window again later (the "
+                 "pages already received are kept), or raise traversal.max_seconds",
+        )
 
     # ---------------------------------------------------------------------------- events
 
@@ -180,6 +256,9 @@ class Transport:
         reasons: list[str] = []
         self.stats["requests"] += 1
         for attempt in range(1, max_attempts + 1):
+            if self.not_after is not None and time.monotonic() >= self.not_after:
+                raise self._budget_error(shown, "before this request" if attempt == 1 else
+                                         f"after {attempt - 1} attempt(s) ({count_reasons(reasons)})")
             self.stats["attempts"] += 1
             try:
                 resp = self._attempt(method, url, params, data, req_headers, auth, shown,
@@ -214,6 +293,10 @@ class Transport:
                                                   retry_after=r.retry_after))
                     raise self._final_error(r, reasons, max_attempts, shown) from r.__cause__
                 delay = asked if asked is not None else backoff_seconds(self.http, attempt, self._rng)
+                if self.not_after is not None and time.monotonic() + delay >= self.not_after:
+                    raise self._budget_error(
+                        shown, f"before the retry after attempt {attempt} ({count_reasons(reasons)})"
+                    ) from r.error
                 self.stats["retries"] += 1
                 self.stats["retry_wait_seconds"] += delay
                 self._emit(TransportEvent("retry", method, shown, attempt, max_attempts,
@@ -223,6 +306,10 @@ class Transport:
                     self._sleep(delay)
                 continue
             resp.attempts = attempt
+            for hop in resp.redirects:
+                self._emit(TransportEvent("redirect", method, shown, attempt, max_attempts, reason=hop))
+            for quirk in resp.quirks:
+                self._emit(TransportEvent("quirk", method, shown, attempt, max_attempts, reason=quirk))
             if reasons:
                 self._emit(TransportEvent("recovered", method, shown, attempt, max_attempts,
                                           reasons=tuple(reasons)))
@@ -274,31 +361,96 @@ class Transport:
 
     def _send_and_read(self, method, url, params, data, headers, auth, shown,
                        expect_body) -> TransportResponse:
-        started = time.monotonic()
-        try:
-            resp = self.session.request(
-                method, url, params=params, data=data, headers=headers, auth=auth,
-                timeout=(self.timeout, self.timeout), stream=True, allow_redirects=True,
-            )
-        except requests.Timeout as e:
-            what = "could not connect" if isinstance(e, requests.ConnectTimeout) else "no answer"
-            raise Retryable(type(e).__name__, TransportError(
-                f"{what} within {self.timeout:g} s ({type(e).__name__})", url=shown,
-                hint="the server may be slow on big pages; retry later or raise "
-                     "http.timeout_seconds",
-            )) from e
-        except requests.RequestException as e:
-            raise Retryable(type(e).__name__, TransportError(
-                self.redact(f"request failed: {type(e).__name__}: {e}"), url=shown,
-                hint="check that the server is up and the URL is right",
-            )) from e
-        try:
-            status = resp.status_code
-            if not 200 <= status < 300:
-                return self._status_error(resp, status, shown)
-            return self._body.read(resp, shown, expect_body, started)
-        finally:
-            resp.close()
+        """One attempt, redirects included, under one wall-clock deadline."""
+        at = time.monotonic() + self.deadline_seconds
+        cut_by_budget = self.not_after is not None and self.not_after < at
+        if cut_by_budget:
+            at = self.not_after
+        phase = {"name": "the response headers"}
+        with deadlines.armed(at) as dl:
+            try:
+                return self._exchange(method, url, params, data, headers, auth, shown,
+                                      expect_body, dl, phase)
+            except Exception as e:
+                if not (dl.fired or isinstance(e, DeadlinePassed)):
+                    raise
+                if cut_by_budget:
+                    raise self._budget_error(shown, f"while waiting for {phase['name']}") from None
+                raise Retryable("deadline", TransportError(
+                    f"no complete answer within the request deadline of "
+                    f"{self.deadline_seconds:g} s (still waiting for {phase['name']})", url=shown,
+                    hint="the server sends very slowly (it trickles the headers or the body); "
+                         "retry later, or raise http.request_deadline_seconds for this source",
+                )) from None
+
+    def _exchange(self, method, url, params, data, headers, auth, shown, expect_body, dl,
+                  phase) -> TransportResponse:
+        """Send, follow redirects (see the module doc), read the body of the final answer."""
+        hops: list[str] = []
+        crossed = False  # once another origin is involved, no secret goes along any more
+        for _ in range(MAX_REDIRECTS + 1):
+            wait = max(0.001, min(self.timeout, dl.remaining()))
+            phase["name"] = "the response headers"
+            try:
+                resp = self.session.request(
+                    method, url, params=params, data=data, headers=headers, auth=auth,
+                    timeout=(wait, wait), stream=True, allow_redirects=False,
+                )
+            except requests.Timeout as e:
+                what = "could not connect" if isinstance(e, requests.ConnectTimeout) else "no answer"
+                raise Retryable(type(e).__name__, TransportError(
+                    f"{what} within {self.timeout:g} s ({type(e).__name__})", url=shown,
+                    hint="the server may be slow on big pages; retry later or raise "
+                         "http.timeout_seconds",
+                )) from e
+            except requests.RequestException as e:
+                raise Retryable(type(e).__name__, TransportError(
+                    self.redact(f"request failed: {type(e).__name__}: {e}"), url=shown,
+                    hint="check that the server is up and the URL is right",
+                )) from e
+            try:
+                status = resp.status_code
+                location = resp.headers.get("Location")
+                if status in REDIRECT_STATUSES and location:
+                    current = resp.url or url
+                    target = urljoin(current, location.strip())
+                    cross = not same_origin(current, target)
+                    kind = "permanent" if status in PERMANENT_REDIRECTS else "temporary"
+                    if cross and not self.http.allow_cross_origin_redirects:
+                        raise TransportError(
+                            self.redact(f"the server redirected (HTTP {status}, {kind}) to "
+                                        f"another origin, {target}; not followed"),
+                            url=shown,
+                            hint="if that is the server's new address, update the source's url; "
+                                 "to follow such redirects set http.allow_cross_origin_redirects: "
+                                 "true (the source's secrets are never sent to another origin)",
+                        )
+                    advice = "; update the source's url" if kind == "permanent" else ""
+                    hops.append(self.redact(
+                        f"redirected (HTTP {status}, {kind}) from {current} to {target}"
+                        + (" (another origin: sent without the source's secrets)" if cross else "")
+                        + advice))
+                    if cross or crossed:
+                        crossed = True
+                        headers = {k: v for k, v in headers.items()
+                                   if k.lower() in HARMLESS_HEADERS}
+                        auth = None
+                        target = without_secret_params(target)
+                    if status == 303 and method != "HEAD":
+                        method, data = "GET", None
+                    url, params = target, None
+                    continue
+                if not 200 <= status < 300:
+                    return self._status_error(resp, status, shown)
+                if not dl.fired:  # a cut-off header block can parse as a short one
+                    phase["name"] = "the rest of the body"
+                out = self._body.read(resp, shown, expect_body, dl.at)
+                out.redirects = hops
+                return out
+            finally:
+                resp.close()
+        raise TransportError(f"more than {MAX_REDIRECTS} redirects", url=shown,
+                             hint="the server redirects in a loop; check the source's url")
 
     def _status_error(self, resp, status: int, shown: str):
         retry_after = resp.headers.get("Retry-After")

@@ -22,6 +22,7 @@ messages: userinfo in ``base_url`` is moved into requests' auth and stripped fro
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING
 import requests
 from requests.models import PreparedRequest
 
-from harvest_pipeline.errors import OAIError, ProtocolError
+from harvest_pipeline.errors import BudgetExceeded, OAIError
 from harvest_pipeline.http import Transport, TransportEvent, TransportResponse, strip_credentials
 from harvest_pipeline.oai.models import IdentifyInfo, MetadataFormat, OAISet
 from harvest_pipeline.oai.parse import (
@@ -50,6 +51,8 @@ __all__ = ["OAIClient", "DEFAULT_USER_AGENT"]
 DEFAULT_USER_AGENT = "harvest_pipeline/0.1 (+OAI-PMH harvester)"
 
 QUIRK_CONTINUATION_NEEDS_ARGUMENTS = "continuation-needs-arguments"
+# Longest resumption token followed (the sources' traversal.max_token_bytes; see harvest/budget.py).
+MAX_TOKEN_BYTES = 4096
 
 
 class OAIClient:
@@ -67,7 +70,9 @@ class OAIClient:
     in-process locks). ``timeout`` overrides ``http.timeout_seconds``; ``max_body_bytes`` lowers
     the decompressed-size cap. ``on_event`` receives every
     :class:`~harvest_pipeline.http.TransportEvent` (retries, recoveries, give-ups);
-    ``client.transport.drain_warnings()`` returns them as warning lines.
+    ``client.transport.drain_warnings()`` returns them as warning lines. Every token loop stops
+    at a token seen before (guard ``repeated-token``) or one longer than ``max_token_bytes``
+    (guard ``token-too-long``).
     """
 
     # Set once the server has rejected a token-only continuation (a known quirk); from then on
@@ -88,8 +93,10 @@ class OAIClient:
         http: HttpSettings | None = None,
         state_dir: Path | str | None = None,
         on_event: Callable[[TransportEvent], None] | None = None,
+        max_token_bytes: int = MAX_TOKEN_BYTES,
     ):
         clean, url_auth = strip_credentials(base_url)
+        self.max_token_bytes = max_token_bytes
         self.base_url = clean
         self.session = session if session is not None else requests.Session()
         self.headers = {"User-Agent": user_agent, **(headers or {})}
@@ -171,7 +178,7 @@ class OAIClient:
     def list_sets(self) -> Iterator[OAISet]:
         """All sets, following resumption tokens. noSetHierarchy -> nothing."""
         params = {"verb": "ListSets"}
-        guard = _LoopGuard()
+        guard = _LoopGuard(self.max_token_bytes)
         while True:
             url, content, _ = self._get(params)
             try:
@@ -284,7 +291,7 @@ class OAIClient:
         return self._traverse(verb, parse, params, original)
 
     def _traverse(self, verb, parse, params, original=None) -> Iterator[ListPage]:
-        guard = _LoopGuard()
+        guard = _LoopGuard(self.max_token_bytes)
         page_number = 0
         while True:
             page_number += 1
@@ -321,22 +328,46 @@ class OAIClient:
 
 
 class _LoopGuard:
-    """Stops a server that answers a token with the same page and the same token forever."""
+    """Stops a token loop that cycles or grows.
 
-    __slots__ = ("_last",)
+    * a token seen before, after other tokens (A-B-A): guard ``repeated-token``;
+    * the same token answered with the same page and the same token again: the same guard. The
+      same token string with new pages is let through (stateful servers reuse one token);
+    * a token longer than ``max_token_bytes``: guard ``token-too-long``.
 
-    def __init__(self):
+    Tokens are kept as 16-byte digests, so the memory stays small however long the list.
+    """
+
+    __slots__ = ("_seen", "_last", "max_token_bytes")
+
+    def __init__(self, max_token_bytes: int = MAX_TOKEN_BYTES):
+        self._seen: set[bytes] = set()
         self._last = None
+        self.max_token_bytes = max_token_bytes
 
     def check(self, sent: Mapping[str, str], token: str, keys: list, url: str) -> None:
+        size = len(token.encode("utf-8", "surrogatepass"))
+        if size > self.max_token_bytes:
+            raise BudgetExceeded(
+                "token-too-long", f"a resumption token of {size} bytes, more than "
+                f"{self.max_token_bytes}", url=url,
+                hint="a token that grows every page never ends; report it to the server's "
+                     "maintainers, or raise traversal.max_token_bytes",
+            )
+        digest = hashlib.blake2b(token.encode("utf-8", "surrogatepass"), digest_size=16).digest()
         current = (sent.get("resumptionToken"), token, tuple(keys))
-        last = self._last
-        self._last = current
-        if current[0] is not None and current[0] == token and last is not None:
-            if last[1] == token and last[2] == current[2]:
-                raise ProtocolError(
-                    f"the server keeps answering resumptionToken {token!r} with the same page "
-                    "and the same token; stopping to avoid an endless loop",
-                    url=url,
-                    hint="a known server bug; the list cannot be completed with tokens",
+        last, self._last = self._last, current
+        if current[0] == token:  # answered with the token it was asked with
+            if last is not None and last[1] == token and last[2] == current[2]:
+                raise BudgetExceeded(
+                    "repeated-token", f"the server keeps answering resumptionToken {token[:200]!r} "
+                    "with the same page and the same token; stopping to avoid an endless loop",
+                    url=url, hint="a known server bug; the list cannot be completed with tokens",
                 )
+        elif digest in self._seen:
+            raise BudgetExceeded(
+                "repeated-token", f"the server sent resumptionToken {token[:200]!r} again after "
+                "other tokens (a cycle); stopping to avoid an endless loop", url=url,
+                hint="a known server bug; the list cannot be completed with tokens",
+            )
+        self._seen.add(digest)

@@ -11,11 +11,13 @@ import re
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal
+from urllib.parse import parse_qsl, urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from harvest_pipeline.errors import ConfigError
+from harvest_pipeline.http.redaction import register_secrets, secret_query_values
 
 DEFAULT_SOURCES_FILE = "data/sources.yaml"
 SOURCE_ID_RE = re.compile(r"[a-z0-9_]+")  # always fullmatch: `$` would let a trailing newline through
@@ -41,7 +43,10 @@ class HttpSettings(BaseModel):
     """Transport limits and politeness towards the partner server (per source)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    # Silence limit: connecting, and every wait for the next bytes.
     timeout_seconds: float = Field(default=60.0, gt=0)
+    # Wall-clock limit of one attempt, headers and body included (None: 10 x timeout_seconds).
+    request_deadline_seconds: float | None = Field(default=None, gt=0)
     max_retries: int = Field(default=5, ge=0)
     backoff_base_seconds: float = Field(default=1.0, ge=0)
     backoff_max_seconds: float = Field(default=60.0, ge=0)
@@ -51,6 +56,25 @@ class HttpSettings(BaseModel):
     min_request_interval_seconds: float = Field(default=0.0, ge=0)
     max_concurrent_requests: int = Field(default=2, ge=1)
     max_response_mb: float = Field(default=256.0, gt=0)
+    # Redirects to another origin (scheme, host, port) are refused unless allowed; even then the
+    # source's secrets (headers_from_env, auth, secret query parameters) never go along.
+    allow_cross_origin_redirects: bool = False
+
+
+class TraversalLimits(BaseModel):
+    """The budget of one traversal: a window, a full harvest or a reconciliation listing.
+
+    With an announced size (completeListSize, numberOfRecordsMatched) the page and record budgets
+    follow it (``size_slack`` times the size, pages by the first page's size); the absolute caps
+    hold whatever the server announced.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    max_seconds: float = Field(default=6 * 3600.0, gt=0)
+    max_pages: int = Field(default=100_000, ge=1)
+    max_records: int = Field(default=10_000_000, ge=1)
+    size_slack: float = Field(default=2.0, ge=1)
+    max_token_bytes: int = Field(default=4096, ge=16)
 
 
 class ReconcileSettings(BaseModel):
@@ -93,6 +117,10 @@ class SourceConfig(BaseModel):
     overlap_seconds: int = Field(default=0, ge=0)
     reconcile: ReconcileSettings = Field(default_factory=ReconcileSettings)
     csw: CswSettings | None = None
+    traversal: TraversalLimits = Field(default_factory=TraversalLimits)
+    # Query parameters of `url` whose values are secrets (besides names like key/token/secret and
+    # values written as ${VAR}, which the loader adds): redacted wherever text is written or printed.
+    secret_params: list[str] = Field(default_factory=list)
 
     @field_validator("id")
     @classmethod
@@ -141,6 +169,21 @@ class SourceConfig(BaseModel):
                 raise ValueError(f"headers_from_env.{header}: '{env}' is not an env var name")
         return self
 
+    @model_validator(mode="after")
+    def _secrets_are_known(self) -> "SourceConfig":
+        # Registered at load, so every message and stored text of this process is redacted.
+        register_secrets(self.secret_values())
+        return self
+
+    def secret_values(self) -> list[str]:
+        """Every secret this source is configured with, as far as the environment has them:
+        header values from env, basic-auth user and password, secret query values of `url`."""
+        out = secret_query_values(self.url, self.secret_params)
+        out += [os.environ[env] for env in self.headers_from_env.values() if env in os.environ]
+        if self.auth is not None:
+            out += [os.environ[e] for e in (self.auth.username_env, self.auth.password_env) if e in os.environ]
+        return out
+
     def http_headers(self) -> dict[str, str]:
         """Headers with their secret values resolved from the environment (never log these)."""
         out = {}
@@ -153,6 +196,7 @@ class SourceConfig(BaseModel):
                     hint=f"export {env}=... before starting Dagster or the CLI",
                 )
             out[header] = value
+            register_secrets([value])
         return out
 
     def http_auth(self) -> tuple[str, str] | None:
@@ -165,7 +209,9 @@ class SourceConfig(BaseModel):
                 source_id=self.id,
                 hint="export them before starting Dagster or the CLI",
             )
-        return (os.environ[self.auth.username_env], os.environ[self.auth.password_env])
+        pair = (os.environ[self.auth.username_env], os.environ[self.auth.password_env])
+        register_secrets(pair)
+        return pair
 
 
 def _expand_env(value):
@@ -177,6 +223,18 @@ def _expand_env(value):
     if isinstance(value, dict):
         return {k: _expand_env(v) for k, v in value.items()}
     return value
+
+
+def _mark_env_params_secret(raw: dict) -> dict:
+    """Query parameters of `url` written as ${VAR} hold secrets, whatever their names."""
+    url = raw.get("url")
+    if not isinstance(url, str) or "${" not in url:
+        return raw
+    names = [name for name, value in parse_qsl(urlsplit(url).query) if _ENV_REF.search(value)]
+    if not names:
+        return raw
+    given = raw.get("secret_params") if isinstance(raw.get("secret_params"), list) else []
+    return {**raw, "secret_params": [*given, *(n for n in names if n not in given)]}
 
 
 def _describe(err: ValidationError, source_label: str, path: Path) -> str:
@@ -211,6 +269,7 @@ def load_sources(path: str | Path | None = None) -> list[SourceConfig]:
             label = f"'{raw['id']}'"
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: source {label}: expected a mapping of fields")
+        raw = _mark_env_params_secret(raw)
         try:
             src = SourceConfig.model_validate(_expand_env(raw))
         except ValidationError as exc:

@@ -8,6 +8,7 @@ from typing import Any
 
 import duckdb
 
+from harvest_pipeline.http.redaction import redact_text
 from harvest_pipeline.store.clock import to_naive_utc, utcnow
 
 # Window statuses. Only VERIFIED and UNPROVEN let the watermark pass.
@@ -82,6 +83,10 @@ def begin_window(
 def finish_window(con: duckdb.DuckDBPyConnection, *, source_id: str, window_start: datetime, **values: Any) -> None:
     """Write the outcome columns given as keyword arguments (names of harvest_windows columns)."""
     values = {**values, "finished_at": utcnow()}
+    if values.get("warnings"):  # no configured secret is ever stored
+        values["warnings"] = [redact_text(w) for w in values["warnings"]]
+    if values.get("error"):
+        values["error"] = redact_text(values["error"])
     sets = ", ".join(f"{k} = ?" for k in values)
     con.execute(
         f"UPDATE harvest_windows SET {sets}, seconds = date_diff('millisecond', started_at, ?) / 1000.0"
@@ -93,6 +98,7 @@ def finish_window(con: duckdb.DuckDBPyConnection, *, source_id: str, window_star
 def _end_window(con, *, source_id: str, window, status: str, error: str, retry_not_before=None, response_date=None) -> None:
     """Record a window that ended without a verdict; inserts the row if the harvest never began."""
     now = utcnow()
+    error = redact_text(error)  # no configured secret is ever stored, whatever the server echoed
     con.execute(
         """
         INSERT INTO harvest_windows (source_id, window_start, window_end, partition_key, status, attempts,

@@ -16,6 +16,7 @@ import duckdb
 import pyarrow as pa
 
 from harvest_pipeline.errors import StoreLockedError
+from harvest_pipeline.http.redaction import redact_text
 from harvest_pipeline.store.clock import to_naive_utc, utcnow
 from harvest_pipeline.store.columns import DROPPED_BY_TOMBSTONE
 from harvest_pipeline.store.connection import open_with_retry, remove_database_file
@@ -174,6 +175,8 @@ def drop_temp_tables(con: duckdb.DuckDBPyConnection) -> None:
 def record_reconciliation(con: duckdb.DuckDBPyConnection, **row) -> None:
     """Append the outcome row (`reconciliations` column names as keyword arguments)."""
     row = {**row, "finished_at": utcnow(), "listing_started_at": to_naive_utc(row["listing_started_at"])}
+    if row.get("reason"):
+        row["reason"] = redact_text(row["reason"])
     con.execute(
         f"INSERT INTO reconciliations ({', '.join(row)}) VALUES ({', '.join('?' for _ in row)})",
         list(row.values()),

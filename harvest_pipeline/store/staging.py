@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from harvest_pipeline.crashpoints import crashpoint
 from harvest_pipeline.errors import WindowBusyError
+from harvest_pipeline.http.redaction import redact_text
 from harvest_pipeline.store.clock import utcnow
 from harvest_pipeline.store.columns import PAGE_COLUMNS, create_page_records_sql
 from harvest_pipeline.store.connection import open_with_retry, remove_database_file
@@ -120,6 +121,7 @@ class StagingWindow:
 
         `quarantined`: (page_number, identifier, kind, error, raw bytes) tuples.
         """
+        warnings = [redact_text(w) for w in warnings]  # no configured secret is ever stored
         self.con.execute("BEGIN TRANSACTION")
         try:
             if rows.num_rows:
@@ -129,7 +131,8 @@ class StagingWindow:
                 self.con.execute(f"INSERT INTO page_records ({columns}) SELECT {columns} FROM page_rows")
                 self.con.unregister("page_rows")
             if quarantined:
-                self.con.executemany("INSERT INTO page_quarantine VALUES (?, ?, ?, ?, ?)", list(quarantined))
+                quarantined = [(*q[:3], redact_text(q[3]) if q[3] else q[3], *q[4:]) for q in quarantined]
+                self.con.executemany("INSERT INTO page_quarantine VALUES (?, ?, ?, ?, ?)", quarantined)
             crashpoint("mid-page-write")
             self.con.execute(
                 """
@@ -149,7 +152,7 @@ class StagingWindow:
             raise
 
     def add_warning(self, text: str) -> None:
-        self.con.execute("UPDATE window_cursor SET warnings = list_append(warnings, ?) WHERE id = 1", [text])
+        self.con.execute("UPDATE window_cursor SET warnings = list_append(warnings, ?) WHERE id = 1", [redact_text(text)])
 
     def duplicate_identifiers(self, limit: int = 5) -> tuple[int, list[str]]:
         """How many received rows repeat an identifier already received in this traversal."""
