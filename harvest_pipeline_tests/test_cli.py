@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import pytest
 
-from harvest_pipeline_tests.conftest import TODAY, day_window
+from harvest_pipeline_tests.conftest import today, day_window
 
 pytestmark = pytest.mark.integration
 
@@ -38,14 +38,14 @@ def test_harvest_all_windows_then_status_matches_the_provider(cli_env, tmp_path,
     done = run_cli("harvest", "demo", env=cli_env, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "verified" in done.stdout and "FAILED" not in done.stdout
-    assert f"watermark {TODAY.replace(tzinfo=None)}" in done.stdout
+    assert f"watermark {today().replace(tzinfo=None)}" in done.stdout
 
     status = run_cli("status", "--json", env=cli_env, cwd=tmp_path)
     assert status.returncode == 0, status.stderr
     [summary] = json.loads(status.stdout)
-    expected = demo.stats(until=TODAY - timedelta(seconds=1))
+    expected = demo.stats(until=today() - timedelta(seconds=1))
     assert (summary["live"], summary["deleted"]) == (expected["live"], expected["deleted"])
-    assert summary["watermark"].startswith(TODAY.strftime("%Y-%m-%d"))
+    assert summary["watermark"].startswith(today().strftime("%Y-%m-%d"))
     assert summary["windows"] == {"verified": summary["windows"]["verified"]}
     assert summary["last_run"]["checks"] == {"complete": "passed", "no_duplicates": "passed", "cursor_closed": "passed"}
 

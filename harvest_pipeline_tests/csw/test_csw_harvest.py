@@ -14,14 +14,14 @@ from harvest_pipeline.harvest.listers import lister_for
 from harvest_pipeline.sources import SourceConfig
 from harvest_pipeline.store import connect, ledger
 from harvest_pipeline.store.staging import open_staging_files
-from harvest_pipeline_tests.conftest import TODAY, day_window, demo_source, window_stats
+from harvest_pipeline_tests.conftest import today, day_window, demo_source, window_stats
 
 pytestmark = pytest.mark.integration
 ISO = {"type_names": "gmd:MD_Metadata", "output_schema": ISO_SCHEMA, "modified_queryable": "apiso:Modified"}
 
 
 def csw_source(provider, *, id="geo", **csw) -> SourceConfig:
-    return SourceConfig(id=id, protocol="csw", url=provider.base + "/csw", start=TODAY.replace(day=1), csw=csw or None)
+    return SourceConfig(id=id, protocol="csw", url=provider.base + "/csw", start=today().replace(day=1), csw=csw or None)
 
 
 def rows(db_path, source_id: str, *cols: str) -> dict[str, tuple]:

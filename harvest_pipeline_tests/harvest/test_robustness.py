@@ -29,7 +29,7 @@ def content(db_path, *, columns="identifier, deleted, content_hash, title") -> l
 def clean(shared_demo, tmp_path_factory):
     """The window harvested from a well-behaved server: what every faulty run must end with."""
     db = tmp_path_factory.mktemp("clean") / "h.duckdb"
-    harvest_window(demo_source(shared_demo), day_window(3), db_path=db)
+    harvest_window(demo_source(shared_demo), day_window(3, shared_demo.today), db_path=db)
     return content(db)
 
 
@@ -199,14 +199,14 @@ def test_every_recoverable_fault_at_once_ends_with_the_clean_table(shared_demo, 
     """The issue's bar: with every survivable fault switched on together, a harvest of every
     window ends with the same records as a clean harvest: nothing lost, nothing duplicated."""
     from harvest_pipeline.demo.process import start_demo_provider
-    from harvest_pipeline_tests.conftest import DEMO
+    from harvest_pipeline_tests.conftest import demo_options
 
-    windows = [day_window(n) for n in range(DEMO["days"], 0, -1)]
+    windows = [day_window(n) for n in range(demo_options()["days"], 0, -1)]
     columns = "identifier, deleted, content_hash, title, metadata_xml"  # datestamps differ by design (day-only)
     clean_db, faulty_db = tmp_path / "clean.duckdb", tmp_path / "faulty.duckdb"
     for window in windows:
         harvest_window(demo_source(shared_demo), window, db_path=clean_db)
-    with start_demo_provider(faults="all-recoverable", **DEMO) as faulty:
+    with start_demo_provider(faults="all-recoverable", **demo_options()) as faulty:
         reports = [harvest_window(demo_source(faulty, http=FAST_RETRIES), w, db_path=faulty_db) for w in windows]
     assert all(r.status in (ledger.VERIFIED, ledger.UNPROVEN) for r in reports), [(r.window.key, r.status) for r in reports]
     expected = content(clean_db, columns=columns)
