@@ -59,14 +59,31 @@ def shared_demo():
         yield provider
 
 
+@pytest.fixture(scope="session")
+def _tunable_provider():
+    options = demo_options(now=utc_midnight())
+    with start_demo_provider(**options) as provider:
+        provider.today = options["now"]
+        provider.pristine = provider.options()
+        yield provider
+
+
+@pytest.fixture
+def tunable_demo(_tunable_provider):
+    """A shared provider whose options (fault modes, deletion policy, lies) a test may change; they
+    are put back, and the fault counters restarted, around each test. Not for tests that touch or
+    delete records: those change the corpus and need a provider of their own (`demo`)."""
+    _tunable_provider.set_options(**_tunable_provider.pristine)
+    yield _tunable_provider
+    _tunable_provider.set_options(**_tunable_provider.pristine)
+
+
 @pytest.fixture(autouse=True)
 def test_day(request):
-    """Fix today() for this test: now, or the shared provider's day when the test uses it."""
+    """Fix today() for this test: now, or the day of the shared provider the test uses."""
     global _test_day
-    if "shared_demo" in request.fixturenames:
-        _test_day = request.getfixturevalue("shared_demo").today
-    else:
-        _test_day = utc_midnight()
+    shared = next((f for f in ("shared_demo", "_tunable_provider") if f in request.fixturenames), None)
+    _test_day = request.getfixturevalue(shared).today if shared else utc_midnight()
     yield _test_day
     _test_day = None
 

@@ -65,8 +65,8 @@ def test_failing_check_makes_harvest_exit_non_zero(cli_env, tmp_path, demo):
     assert "watermark (none)" in done.stdout
 
 
-def test_probe_prints_identify_formats_and_sets(demo, tmp_path):
-    out = run_cli("probe", demo.url, env=dict(os.environ), cwd=tmp_path)
+def test_probe_prints_identify_formats_and_sets(shared_demo, tmp_path):
+    out = run_cli("probe", shared_demo.url, env=dict(os.environ), cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "YYYY-MM-DDThh:mm:ssZ" in out.stdout and "persistent" in out.stdout
     assert "oai_dc" in out.stdout and "oai_datacite" in out.stdout
@@ -82,7 +82,7 @@ def test_bad_sources_file_is_a_clear_error(tmp_path):
     assert "source 'Bad': field 'id'" in out.stderr
 
 
-def test_probe_a_csw_catalogue(demo, tmp_path):
-    out = run_cli("probe", demo.base + "/csw", env=dict(os.environ), cwd=tmp_path)
+def test_probe_a_csw_catalogue(shared_demo, tmp_path):
+    out = run_cli("probe", shared_demo.base + "/csw", env=dict(os.environ), cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "GetRecords" in out.stdout and "http://www.isotc211.org/2005/gmd" in out.stdout

@@ -214,19 +214,19 @@ def test_reconciliation_through_the_fallback_deletes_what_is_gone(demo, db_path)
 
 
 # --- schedules -----------------------------------------------------------------------------
-def test_schedule_runs_by_default_only_where_deletions_can_vanish(demo, db_path):
-    source = demo_source(demo, reconcile=ReconcileSettings(schedule="15 4 * * *"))
+def test_schedule_runs_by_default_only_where_deletions_can_vanish(tunable_demo, db_path):
+    source = demo_source(tunable_demo, reconcile=ReconcileSettings(schedule="15 4 * * *"))
     persistent = build_definitions([source]).resolve_schedule_def(reconcile_schedule_name("demo"))
     assert persistent.default_status == dg.DefaultScheduleStatus.STOPPED
     assert persistent.cron_schedule == "15 4 * * *" and persistent.execution_timezone == "UTC"
     assert "deletedRecord=persistent" in persistent.description
 
-    demo.set_options(deleted_record="transient")
+    tunable_demo.set_options(deleted_record="transient")
     transient = build_definitions([source]).resolve_schedule_def(reconcile_schedule_name("demo"))
     assert transient.default_status == dg.DefaultScheduleStatus.RUNNING
     assert transient.job_name == reconcile_job_name("demo")
 
-    weekly = build_definitions([demo_source(demo)]).resolve_schedule_def(reconcile_schedule_name("demo"))
+    weekly = build_definitions([demo_source(tunable_demo)]).resolve_schedule_def(reconcile_schedule_name("demo"))
     assert weekly.cron_schedule == "0 3 * * 0"
 
     csw = SourceConfig(id="cat", protocol="csw", url="http://127.0.0.1:9/csw")

@@ -124,9 +124,9 @@ def test_cli_full_harvest_lands_the_whole_source_and_is_idempotent(env, tmp_path
         assert ledger.get_window(con, "demo", FULL_START).attempts == 2
 
 
-def test_full_job_fails_when_its_checks_fail(demo, db_path):
-    demo.set_options(complete_list_size_bias=2)
-    defs = build_definitions([demo_source(demo)])
+def test_full_job_fails_when_its_checks_fail(tunable_demo, db_path):
+    tunable_demo.set_options(complete_list_size_bias=2)
+    defs = build_definitions([demo_source(tunable_demo)])
     with dg.instance_for_test() as instance:
         result = defs.resolve_job_def(full_job_name("demo")).execute_in_process(instance=instance, raise_on_error=False)
     assert not result.success
