@@ -11,13 +11,28 @@ from harvest_pipeline.demo.process import start_demo_provider
 from harvest_pipeline.harvest import Window
 from harvest_pipeline.sources.registry import SourceConfig
 
-# The demo clock is frozen at today's midnight: every closed daily window is final for the test run.
-TODAY = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
-DEMO = dict(page_size=25, days=8, records_per_day=60, now=TODAY)
+_test_day: datetime | None = None  # set for each test by the autouse fixture `test_day`
 
 
-def day_window(days_ago: int) -> Window:
-    start = TODAY - timedelta(days=days_ago)
+def utc_midnight() -> datetime:
+    return datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def today() -> datetime:
+    """Midnight UTC of the running test's day (read when the test starts, so a run that crosses
+    midnight moves with the clock the harvester reads); on the shared provider, its frozen day."""
+    return _test_day or utc_midnight()
+
+
+def demo_options(**overrides) -> dict:
+    """A demo provider's options, its clock frozen at today's midnight: every closed daily window
+    is final while the test runs."""
+    return {"page_size": 25, "days": 8, "records_per_day": 60, "now": today(), **overrides}
+
+
+def day_window(days_ago: int, before: datetime | None = None) -> Window:
+    """The daily window `days_ago` days before `before` (default: today())."""
+    start = (before or today()) - timedelta(days=days_ago)
     return Window(start, start + timedelta(days=1), start.strftime("%Y-%m-%d"))
 
 
@@ -38,14 +53,45 @@ def window_stats(provider, window: Window) -> dict:
 @pytest.fixture(scope="session")
 def shared_demo():
     """A provider that tests must not mutate (read-only harvesting)."""
-    with start_demo_provider(**DEMO) as provider:
+    options = demo_options(now=utc_midnight())
+    with start_demo_provider(**options) as provider:
+        provider.today = options["now"]
         yield provider
+
+
+@pytest.fixture(scope="session")
+def _tunable_provider():
+    options = demo_options(now=utc_midnight())
+    with start_demo_provider(**options) as provider:
+        provider.today = options["now"]
+        provider.pristine = provider.options()
+        yield provider
+
+
+@pytest.fixture
+def tunable_demo(_tunable_provider):
+    """A shared provider whose options (fault modes, deletion policy, lies) a test may change; they
+    are put back, and the fault counters restarted, around each test. Not for tests that touch or
+    delete records: those change the corpus and need a provider of their own (`demo`)."""
+    _tunable_provider.set_options(**_tunable_provider.pristine)
+    yield _tunable_provider
+    _tunable_provider.set_options(**_tunable_provider.pristine)
+
+
+@pytest.fixture(autouse=True)
+def test_day(request):
+    """Fix today() for this test: now, or the day of the shared provider the test uses."""
+    global _test_day
+    shared = next((f for f in ("shared_demo", "_tunable_provider") if f in request.fixturenames), None)
+    _test_day = request.getfixturevalue(shared).today if shared else utc_midnight()
+    yield _test_day
+    _test_day = None
 
 
 @pytest.fixture
 def demo():
     """A provider of the test's own, free to touch, delete and lie."""
-    with start_demo_provider(**DEMO) as provider:
+    with start_demo_provider(**demo_options()) as provider:
         yield provider
 
 

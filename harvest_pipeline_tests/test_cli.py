@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import pytest
 
-from harvest_pipeline_tests.conftest import TODAY, day_window
+from harvest_pipeline_tests.conftest import today, day_window
 
 pytestmark = pytest.mark.integration
 
@@ -38,14 +38,14 @@ def test_harvest_all_windows_then_status_matches_the_provider(cli_env, tmp_path,
     done = run_cli("harvest", "demo", env=cli_env, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "verified" in done.stdout and "FAILED" not in done.stdout
-    assert f"watermark {TODAY.replace(tzinfo=None)}" in done.stdout
+    assert f"watermark {today().replace(tzinfo=None)}" in done.stdout
 
     status = run_cli("status", "--json", env=cli_env, cwd=tmp_path)
     assert status.returncode == 0, status.stderr
     [summary] = json.loads(status.stdout)
-    expected = demo.stats(until=TODAY - timedelta(seconds=1))
+    expected = demo.stats(until=today() - timedelta(seconds=1))
     assert (summary["live"], summary["deleted"]) == (expected["live"], expected["deleted"])
-    assert summary["watermark"].startswith(TODAY.strftime("%Y-%m-%d"))
+    assert summary["watermark"].startswith(today().strftime("%Y-%m-%d"))
     assert summary["windows"] == {"verified": summary["windows"]["verified"]}
     assert summary["last_run"]["checks"] == {"complete": "passed", "no_duplicates": "passed", "cursor_closed": "passed"}
 
@@ -65,8 +65,8 @@ def test_failing_check_makes_harvest_exit_non_zero(cli_env, tmp_path, demo):
     assert "watermark (none)" in done.stdout
 
 
-def test_probe_prints_identify_formats_and_sets(demo, tmp_path):
-    out = run_cli("probe", demo.url, env=dict(os.environ), cwd=tmp_path)
+def test_probe_prints_identify_formats_and_sets(shared_demo, tmp_path):
+    out = run_cli("probe", shared_demo.url, env=dict(os.environ), cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "YYYY-MM-DDThh:mm:ssZ" in out.stdout and "persistent" in out.stdout
     assert "oai_dc" in out.stdout and "oai_datacite" in out.stdout
@@ -82,8 +82,8 @@ def test_bad_sources_file_is_a_clear_error(tmp_path):
     assert "source 'Bad': field 'id'" in out.stderr
 
 
-def test_probe_a_csw_catalogue(demo, tmp_path):
-    out = run_cli("probe", demo.base + "/csw", env=dict(os.environ), cwd=tmp_path)
+def test_probe_a_csw_catalogue(shared_demo, tmp_path):
+    out = run_cli("probe", shared_demo.base + "/csw", env=dict(os.environ), cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "GetRecords" in out.stdout and "http://www.isotc211.org/2005/gmd" in out.stdout
 

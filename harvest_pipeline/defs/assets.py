@@ -78,7 +78,7 @@ def build_window_asset(source: SourceConfig, start: datetime, start_note: str) -
             report = harvest_window(
                 source,
                 window,
-                run_id=context.run_id,
+                run_id=context.run.run_id,
                 db_path=catalogue_path(duckdb),
                 connect=catalogue_connector(duckdb),
                 progress=progress_logger(context, source.id),

@@ -53,7 +53,7 @@ def build_records_job(source: SourceConfig) -> dg.JobDefinition:
     )
     def reharvest_records(context: dg.OpExecutionContext, config: SelectedRecordsConfig, duckdb: DuckDBResource) -> dict:
         report = harvest_selected(
-            source, config.identifiers, db_path=catalogue_path(duckdb), run_id=context.run_id,
+            source, config.identifiers, db_path=catalogue_path(duckdb), run_id=context.run.run_id,
             connect=catalogue_connector(duckdb),
         )
         for identifier in report.not_found:
@@ -103,7 +103,7 @@ def build_full_job(source: SourceConfig) -> dg.JobDefinition:
     )
     def full_harvest(context: dg.OpExecutionContext, duckdb: DuckDBResource) -> dict:
         report = harvest_full(
-            source, db_path=catalogue_path(duckdb), run_id=context.run_id,
+            source, db_path=catalogue_path(duckdb), run_id=context.run.run_id,
             connect=catalogue_connector(duckdb), progress=progress_logger(context, source.id),
         )
         metadata = {"window": report.window.key, **report_metadata(context, report)}

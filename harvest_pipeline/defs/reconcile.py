@@ -91,7 +91,7 @@ def build_reconcile_asset(source: SourceConfig) -> dg.AssetsDefinition:
                 context.log.info(f"{source.id}: listed {event['listed']} identifiers over {event['pages']} pages")
 
         report = reconcile_source(
-            source, db_path=catalogue_path(duckdb), run_id=context.run_id,
+            source, db_path=catalogue_path(duckdb), run_id=context.run.run_id,
             confirm_mass_deletion=config.confirm_mass_deletion, connect=catalogue_connector(duckdb),
             progress=progress,
         )

@@ -14,14 +14,14 @@ from harvest_pipeline.harvest.listers import lister_for
 from harvest_pipeline.sources import SourceConfig
 from harvest_pipeline.store import connect, ledger
 from harvest_pipeline.store.staging import open_staging_files
-from harvest_pipeline_tests.conftest import TODAY, day_window, demo_source, window_stats
+from harvest_pipeline_tests.conftest import today, day_window, demo_source, window_stats
 
 pytestmark = pytest.mark.integration
 ISO = {"type_names": "gmd:MD_Metadata", "output_schema": ISO_SCHEMA, "modified_queryable": "apiso:Modified"}
 
 
 def csw_source(provider, *, id="geo", **csw) -> SourceConfig:
-    return SourceConfig(id=id, protocol="csw", url=provider.base + "/csw", start=TODAY.replace(day=1), csw=csw or None)
+    return SourceConfig(id=id, protocol="csw", url=provider.base + "/csw", start=today().replace(day=1), csw=csw or None)
 
 
 def rows(db_path, source_id: str, *cols: str) -> dict[str, tuple]:
@@ -93,11 +93,11 @@ def test_iso_output_schema_maps_title_and_bbox(shared_demo, db_path):
     assert all(w < e and s < n for _, _, w, s, e, n, _ in boxed)
 
 
-def test_capped_page_size_still_gets_every_record(demo, db_path):
+def test_capped_page_size_still_gets_every_record(tunable_demo, db_path):
     window = day_window(3)
-    demo.set_options(csw_max_records_cap=25)
-    report = harvest_window(csw_source(demo, page_size=100), window, db_path=db_path)
-    live = window_stats(demo, window)["live"]
+    tunable_demo.set_options(csw_max_records_cap=25)
+    report = harvest_window(csw_source(tunable_demo, page_size=100), window, db_path=db_path)
+    live = window_stats(tunable_demo, window)["live"]
     assert live > 25
     assert report.status == ledger.VERIFIED
     assert report.counts.received == report.counts.stored == report.complete_list_size == live
@@ -107,11 +107,11 @@ def test_capped_page_size_still_gets_every_record(demo, db_path):
     assert len(rows(db_path, "geo", "title")) == live
 
 
-def test_stuck_next_record_stops_with_the_guard(demo, db_path):
+def test_stuck_next_record_stops_with_the_guard(tunable_demo, db_path):
     window = day_window(3)
-    demo.set_options(csw_stuck_next_record=True)
+    tunable_demo.set_options(csw_stuck_next_record=True)
     with pytest.raises(ProtocolError, match="guard 'csw-next-record'") as info:
-        harvest_window(csw_source(demo, page_size=20), window, db_path=db_path)
+        harvest_window(csw_source(tunable_demo, page_size=20), window, db_path=db_path)
     assert info.value.source_id == "geo" and info.value.window == window.key
     with connect(db_path) as con:
         status, error = con.execute("SELECT status, error FROM harvest_windows WHERE source_id = 'geo'").fetchone()

@@ -9,7 +9,7 @@ import pytest
 
 from harvest_pipeline.defs.factory import build_definitions, job_name
 from harvest_pipeline.store import connect, ledger
-from harvest_pipeline_tests.conftest import TODAY, demo_source, window_stats, day_window
+from harvest_pipeline_tests.conftest import today, demo_source, window_stats, day_window
 
 pytestmark = pytest.mark.integration
 ASSET = dg.AssetKey(["harvest", "demo"])
@@ -130,7 +130,7 @@ def test_sensor_launches_closed_windows_and_advances_the_watermark_only_over_pas
         job.execute_in_process(partition_key=bad, instance=instance)
         sensor(dg.build_sensor_context(instance=instance, definitions=defs))
         with connect(db_path) as con:
-            assert ledger.get_watermark(con, "demo") == TODAY.replace(tzinfo=None)
+            assert ledger.get_watermark(con, "demo") == today().replace(tzinfo=None)
 
 
 def ledger_start(defs, key):

@@ -33,7 +33,7 @@ def _child(url, db, window, crashpoint=None, **kw):
 @pytest.fixture(scope="module")
 def clean_table(shared_demo, tmp_path_factory):
     db = tmp_path_factory.mktemp("clean") / "h.duckdb"
-    harvest_window(demo_source(shared_demo), day_window(2), db_path=db)
+    harvest_window(demo_source(shared_demo), day_window(2, shared_demo.today), db_path=db)
     return records_table(db)
 
 
@@ -62,6 +62,17 @@ def test_two_runs_of_one_window_at_once_never_double_count(shared_demo, tmp_path
         err = next(e for (o, e), p in zip(outs, (first, second)) if p.returncode)
         assert "another run is harvesting this window" in err
     assert records_table(db) == clean_table
+    with connect(db) as con:
+        # Whichever way the runs met, every version was applied once (created, or a tombstone
+        # 'deleted'), and a second successful run found everything unchanged.
+        applied = con.execute(
+            "SELECT count(*), count(DISTINCT identifier) FROM record_history WHERE action IN ('created', 'deleted')"
+        ).fetchone()
+        assert applied == (len(clean_table), len(clean_table))
+        actions = {a for (a,) in con.execute("SELECT DISTINCT action FROM record_history").fetchall()}
+        assert actions <= {"created", "deleted", "unchanged"}
+        assert ("unchanged" in actions) == (codes[1] == 0)
+        assert con.execute("SELECT count(*) FROM harvest_windows").fetchone()[0] == 1
 
 
 def test_a_reader_holding_the_catalogue_makes_the_harvest_wait_not_fail(shared_demo, tmp_path, clean_table):

@@ -10,14 +10,28 @@ from datetime import timedelta
 
 import pytest
 
+from harvest_pipeline.demo import start_demo_provider
 from harvest_pipeline.errors import DeferredError, ProtocolError, XMLSecurityError
 from harvest_pipeline.harvest import harvest_window
 from harvest_pipeline.sources.registry import HttpSettings
 from harvest_pipeline.store import connect, ledger
-from harvest_pipeline_tests.conftest import day_window, demo_source
+from harvest_pipeline_tests.conftest import day_window, demo_options, demo_source
 
 pytestmark = pytest.mark.integration
 FAST_RETRIES = HttpSettings(max_retries=4, backoff_base_seconds=0.01, backoff_max_seconds=0.05, retry_after_cap_seconds=2)
+
+
+@pytest.fixture
+def demo(tunable_demo):
+    """The tests here change only the provider's options (its fault modes), which are put back
+    after each: one shared provider serves them. A test that touches records uses `own_demo`."""
+    return tunable_demo
+
+
+@pytest.fixture
+def own_demo():
+    with start_demo_provider(**demo_options()) as provider:
+        yield provider
 
 
 def content(db_path, *, columns="identifier, deleted, content_hash, title") -> list[tuple]:
@@ -29,7 +43,7 @@ def content(db_path, *, columns="identifier, deleted, content_hash, title") -> l
 def clean(shared_demo, tmp_path_factory):
     """The window harvested from a well-behaved server: what every faulty run must end with."""
     db = tmp_path_factory.mktemp("clean") / "h.duckdb"
-    harvest_window(demo_source(shared_demo), day_window(3), db_path=db)
+    harvest_window(demo_source(shared_demo), day_window(3, shared_demo.today), db_path=db)
     return content(db)
 
 
@@ -188,16 +202,16 @@ def test_server_ignoring_dates_is_noticed(demo, db_path, clean):
     assert set(clean) <= set(content(db_path))
 
 
-def test_overlap_catches_records_a_lagging_index_showed_late(demo, db_path):
+def test_overlap_catches_records_a_lagging_index_showed_late(own_demo, db_path):
     """A record the server indexed late (datestamp before the window's start) is caught by the
     next window when the source re-asks a little before each window."""
     later = day_window(2)  # `harvest` below covers day_window(3)
-    harvest(demo, db_path, overlap_seconds=3600)
+    harvest(own_demo, db_path, overlap_seconds=3600)
     with connect(db_path) as con:
         ident = con.execute("SELECT identifier FROM records WHERE NOT deleted ORDER BY identifier LIMIT 1").fetchone()[0]
     late = later.start - timedelta(minutes=30)  # inside the window harvested before
-    demo.touch(ident, at=late)  # appears now, dated inside the already-harvested window
-    report = harvest_window(demo_source(demo, http=FAST_RETRIES, overlap_seconds=3600), later, db_path=db_path)
+    own_demo.touch(ident, at=late)  # appears now, dated inside the already-harvested window
+    report = harvest_window(demo_source(own_demo, http=FAST_RETRIES, overlap_seconds=3600), later, db_path=db_path)
     assert report.from_param < later.start.strftime("%Y-%m-%dT%H:%M:%SZ")
     with connect(db_path) as con:
         assert con.execute("SELECT window_start FROM records WHERE identifier = ?", [ident]).fetchone()[0] == later.start.replace(tzinfo=None)
@@ -223,14 +237,14 @@ def test_every_recoverable_fault_at_once_ends_with_the_clean_table(shared_demo, 
     """The issue's bar: with every survivable fault switched on together, a harvest of every
     window ends with the same records as a clean harvest: nothing lost, nothing duplicated."""
     from harvest_pipeline.demo.process import start_demo_provider
-    from harvest_pipeline_tests.conftest import DEMO
+    from harvest_pipeline_tests.conftest import demo_options
 
-    windows = [day_window(n) for n in range(DEMO["days"], 0, -1)]
+    windows = [day_window(n) for n in range(demo_options()["days"], 0, -1)]
     columns = "identifier, deleted, content_hash, title, metadata_xml"  # datestamps differ by design (day-only)
     clean_db, faulty_db = tmp_path / "clean.duckdb", tmp_path / "faulty.duckdb"
     for window in windows:
         harvest_window(demo_source(shared_demo), window, db_path=clean_db)
-    with start_demo_provider(faults="all-recoverable", **DEMO) as faulty:
+    with start_demo_provider(faults="all-recoverable", **demo_options()) as faulty:
         reports = [harvest_window(demo_source(faulty, http=FAST_RETRIES), w, db_path=faulty_db) for w in windows]
     assert all(r.status in (ledger.VERIFIED, ledger.UNPROVEN) for r in reports), [(r.window.key, r.status) for r in reports]
     expected = content(clean_db, columns=columns)

@@ -19,7 +19,7 @@ from harvest_pipeline.harvest.budget import TraversalBudget
 from harvest_pipeline.harvest.reconcile import reconcile_source
 from harvest_pipeline.sources.registry import HttpSettings, SourceConfig, TraversalLimits
 from harvest_pipeline.store import connect, ledger
-from harvest_pipeline_tests.conftest import TODAY, day_window
+from harvest_pipeline_tests.conftest import today, day_window
 from harvest_pipeline_tests.csw.canned import PYCSW_CAPS, dc_record, results
 from harvest_pipeline_tests.http.hostile import RawServer, response_head
 from harvest_pipeline_tests.oai.canned import envelope, header, list_identifiers, record, token
@@ -51,7 +51,7 @@ def oai_server(page_for):
 
 
 def oai_source(srv, **kw) -> SourceConfig:
-    return SourceConfig(id="loop", url=srv.url("/oai"), start=TODAY.replace(day=1),
+    return SourceConfig(id="loop", url=srv.url("/oai"), start=today().replace(day=1),
                         http=HttpSettings(max_retries=0), **kw)
 
 
@@ -137,7 +137,7 @@ def test_a_csw_catalogue_announcing_a_billion_records_is_bounded(db_path):
         _send(conn, results(recs, matched=10**9, next_record=start + size))
 
     with RawServer(handle) as srv:
-        source = SourceConfig(id="huge", protocol="csw", url=srv.url("/csw"), start=TODAY.replace(day=1),
+        source = SourceConfig(id="huge", protocol="csw", url=srv.url("/csw"), start=today().replace(day=1),
                               http=HttpSettings(max_retries=0), csw={"page_size": 10},
                               traversal={"max_pages": 25})
         with pytest.raises(BudgetExceeded) as err:

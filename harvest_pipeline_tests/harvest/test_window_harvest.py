@@ -73,9 +73,9 @@ def test_deletion_upstream_tombstones_and_a_new_version_revives(demo, db_path):
     assert deleted is False and xml.startswith("<")
 
 
-def test_a_server_lying_about_complete_list_size_fails_the_completeness_check(demo, db_path):
-    demo.set_options(complete_list_size_bias=7)
-    report = harvest_window(demo_source(demo), day_window(3), db_path=db_path)
+def test_a_server_lying_about_complete_list_size_fails_the_completeness_check(tunable_demo, db_path):
+    tunable_demo.set_options(complete_list_size_bias=7)
+    report = harvest_window(demo_source(tunable_demo), day_window(3), db_path=db_path)
     assert report.status == ledger.INCOMPLETE
     assert not report.checks["complete"].passed and report.checks["complete"].severity == "error"
     assert report.checks["no_duplicates"].passed and report.checks["cursor_closed"].passed
@@ -106,27 +106,27 @@ def test_killed_mid_window_resumes_from_its_cursor_and_ends_like_an_uninterrupte
     assert records_table(crashed_db) == records_table(clean_db)
 
 
-def test_expired_token_on_resume_restarts_the_window_from_its_from_bound(demo, tmp_path):
+def test_expired_token_on_resume_restarts_the_window_from_its_from_bound(tunable_demo, tmp_path):
     window = day_window(2)
-    source = demo_source(demo)
+    source = demo_source(tunable_demo)
     db = tmp_path / "h.duckdb"
-    demo.set_options(token_ttl=1)  # tokens issued from now on live one second
+    tunable_demo.set_options(token_ttl=1)  # tokens issued from now on live one second
     proc = subprocess.run(
-        [sys.executable, str(KILLER), demo.url, str(db), window.start.isoformat(), "1"],
+        [sys.executable, str(KILLER), tunable_demo.url, str(db), window.start.isoformat(), "1"],
         capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == -9, proc.stderr
     time.sleep(2.2)  # the stored token is now expired on the server
-    demo.set_options(token_ttl=600)
+    tunable_demo.set_options(token_ttl=600)
     report = harvest_window(source, window, db_path=db)
     assert report.resumed and report.restarts == 1
     assert any("badResumptionToken" in w for w in report.warnings)
     assert report.status == ledger.VERIFIED
-    assert report.counts.received == window_stats(demo, window)["total"]
+    assert report.counts.received == window_stats(tunable_demo, window)["total"]
 
 
-def test_empty_window_is_verified_not_an_error(demo, db_path):
+def test_empty_window_is_verified_not_an_error(tunable_demo, db_path):
     # Before the corpus starts: the server answers noRecordsMatch.
-    report = harvest_window(demo_source(demo), day_window(30), db_path=db_path)
+    report = harvest_window(demo_source(tunable_demo), day_window(30), db_path=db_path)
     assert report.status == ledger.VERIFIED
     assert report.counts.received == 0 and report.pages == 1

@@ -17,7 +17,7 @@ from harvest_pipeline.errors import DeferredError
 from harvest_pipeline.harvest import harvest_window
 from harvest_pipeline.store import connect, ledger
 from harvest_pipeline.store.staging import open_staging_files, window_is_locked
-from harvest_pipeline_tests.conftest import DEMO, TODAY, day_window, demo_source, window_stats
+from harvest_pipeline_tests.conftest import demo_options, today, day_window, demo_source, window_stats
 
 pytestmark = pytest.mark.integration
 HARVEST_ONCE = Path(__file__).with_name("harvest_once.py")
@@ -44,7 +44,7 @@ def test_a_window_deferred_by_the_servers_clock_asks_again_and_recovers(db_path)
     records it could not list before, and verify the window."""
     window = day_window(1)
     six_am = window.start + timedelta(hours=6)
-    with start_demo_provider(**{**DEMO, "now": six_am}) as demo:
+    with start_demo_provider(**demo_options(now=six_am)) as demo:
         source = demo_source(demo, overlap_seconds=3600)
         with pytest.raises(DeferredError, match="server's clock"):
             harvest_window(source, window, db_path=db_path)
@@ -54,7 +54,7 @@ def test_a_window_deferred_by_the_servers_clock_asks_again_and_recovers(db_path)
         assert deferred["response_date"] == six_am.strftime("%Y-%m-%dT%H:%M:%SZ")
         seen_at_six = _live_count(db_path)
 
-        demo.set_options(now=TODAY + timedelta(hours=1))
+        demo.set_options(now=today() + timedelta(hours=1))
         requests_before = demo.faults()["requests"]
         report = harvest_window(source, window, db_path=db_path)
         assert demo.faults()["requests"] > requests_before  # the server was asked again
@@ -69,7 +69,7 @@ def test_a_window_deferred_by_the_servers_clock_asks_again_and_recovers(db_path)
         assert in_window == expected["total"] > seen_at_six
         row = _ledger_row(db_path, window)
         assert (row["status"], row["error"], row["retry_not_before"]) == (ledger.VERIFIED, None, None)
-        assert row["response_date"] == (TODAY + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        assert row["response_date"] == (today() + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
     assert open_staging_files(db_path) == []
 
 
@@ -87,7 +87,7 @@ def test_the_run_that_loses_the_windows_lock_leaves_the_ledger_row_to_the_winner
     db = tmp_path / "h.duckdb"
     window = day_window(2)
     # Small, slow pages: the first run holds the window far longer than the loser's 5 s wait.
-    with start_demo_provider(**{**DEMO, "page_size": 5}, slow_ms=700) as demo:
+    with start_demo_provider(**demo_options(page_size=5), slow_ms=700) as demo:
         first = _harvest_child(demo.url, db, window)
         deadline = time.monotonic() + 60
         while not (open_staging_files(db) and window_is_locked(open_staging_files(db)[0])):

@@ -19,7 +19,7 @@ from harvest_pipeline.http import Transport
 from harvest_pipeline.oai import OAIClient
 from harvest_pipeline.sources.registry import HttpSettings, SourceConfig
 from harvest_pipeline.store import ledger
-from harvest_pipeline_tests.conftest import TODAY, day_window, demo_source, window_stats
+from harvest_pipeline_tests.conftest import today, day_window, demo_source, window_stats
 from harvest_pipeline_tests.http.hostile import (
     GzipLyingProxy,
     RawServer,
@@ -78,7 +78,7 @@ def test_the_deadline_is_retried_and_a_window_never_outlives_its_time_budget(db_
 
     with RawServer(handle) as srv:
         source = SourceConfig(
-            id="slow", url=srv.url("/oai"), start=TODAY,
+            id="slow", url=srv.url("/oai"), start=today(),
             http=HttpSettings(max_retries=50, timeout_seconds=0.5, request_deadline_seconds=1, **FAST),
             traversal={"max_seconds": 3},
         )
@@ -188,7 +188,7 @@ def test_windows_behind_the_gzip_bug_verify_over_both_protocols(shared_demo, db_
     window = day_window(2)
     path = "/oai" if protocol == "oai-pmh" else "/csw"
     with GzipLyingProxy(shared_demo.base + path) as proxy:
-        source = demo_source(shared_demo, id="pycsw", protocol=protocol, start=TODAY.replace(day=1),
+        source = demo_source(shared_demo, id="pycsw", protocol=protocol, start=today().replace(day=1),
                              http=HttpSettings(max_retries=0))
         source = source.model_copy(update={"url": proxy.url()})
         report = harvest_window(source, window, db_path=db_path)

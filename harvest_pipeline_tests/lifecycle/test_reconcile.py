@@ -26,7 +26,7 @@ from harvest_pipeline.oai.client import OAIClient
 from harvest_pipeline.sources.registry import ReconcileSettings, SourceConfig
 from harvest_pipeline.store import connect
 from harvest_pipeline.store.reconcile import last_reconciliation
-from harvest_pipeline_tests.conftest import DEMO, TODAY, day_window, demo_source
+from harvest_pipeline_tests.conftest import demo_options, today, day_window, demo_source
 from harvest_pipeline_tests.lifecycle.helpers import (
     history_actions,
     live_identifiers,
@@ -89,8 +89,8 @@ def test_empty_upstream_listing_deletes_nothing_and_fails_the_blocking_check(sha
     before = live_identifiers(db_path)
     assert before
     # The same source now answers with an empty list (noRecordsMatch), e.g. a broken index.
-    future = (TODAY + timedelta(days=30)).date()
-    with start_demo_provider(**{**DEMO, "end_day": future}) as empty:
+    future = (today() + timedelta(days=30)).date()
+    with start_demo_provider(**demo_options(end_day=future)) as empty:
         lenient = demo_source(empty, reconcile=ReconcileSettings(max_delete_fraction=1.0))
         result, check, meta = run_reconcile(lenient)
         assert not result.success  # the blocking check fails the run
@@ -110,7 +110,7 @@ def test_large_deletion_is_blocked_until_confirmed(shared_demo, db_path):
     harvest_days(source, db_path)
     before = live_identifiers(db_path)
     # The source now serves a smaller corpus: only its last 4 days (same identifiers there).
-    with start_demo_provider(**{**DEMO, "days": 4}) as smaller:
+    with start_demo_provider(**demo_options(days=4)) as smaller:
         upstream = {h.identifier for h in OAIClient(smaller.url).list_identifiers("oai_dc") if not h.deleted}
         gone = before - upstream
         assert len(gone) > 0.1 * len(before) and before & upstream  # a large, partial deletion
@@ -214,19 +214,19 @@ def test_reconciliation_through_the_fallback_deletes_what_is_gone(demo, db_path)
 
 
 # --- schedules -----------------------------------------------------------------------------
-def test_schedule_runs_by_default_only_where_deletions_can_vanish(demo, db_path):
-    source = demo_source(demo, reconcile=ReconcileSettings(schedule="15 4 * * *"))
+def test_schedule_runs_by_default_only_where_deletions_can_vanish(tunable_demo, db_path):
+    source = demo_source(tunable_demo, reconcile=ReconcileSettings(schedule="15 4 * * *"))
     persistent = build_definitions([source]).resolve_schedule_def(reconcile_schedule_name("demo"))
     assert persistent.default_status == dg.DefaultScheduleStatus.STOPPED
     assert persistent.cron_schedule == "15 4 * * *" and persistent.execution_timezone == "UTC"
     assert "deletedRecord=persistent" in persistent.description
 
-    demo.set_options(deleted_record="transient")
+    tunable_demo.set_options(deleted_record="transient")
     transient = build_definitions([source]).resolve_schedule_def(reconcile_schedule_name("demo"))
     assert transient.default_status == dg.DefaultScheduleStatus.RUNNING
     assert transient.job_name == reconcile_job_name("demo")
 
-    weekly = build_definitions([demo_source(demo)]).resolve_schedule_def(reconcile_schedule_name("demo"))
+    weekly = build_definitions([demo_source(tunable_demo)]).resolve_schedule_def(reconcile_schedule_name("demo"))
     assert weekly.cron_schedule == "0 3 * * 0"
 
     csw = SourceConfig(id="cat", protocol="csw", url="http://127.0.0.1:9/csw")

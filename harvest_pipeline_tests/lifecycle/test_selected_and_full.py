@@ -17,7 +17,7 @@ from harvest_pipeline.defs.jobs import (
 from harvest_pipeline.harvest import harvest_window
 from harvest_pipeline.harvest.full import FULL_START
 from harvest_pipeline.store import connect, ledger
-from harvest_pipeline_tests.conftest import TODAY, day_window, demo_source
+from harvest_pipeline_tests.conftest import today, day_window, demo_source
 from harvest_pipeline_tests.lifecycle.helpers import (
     cli_env,
     history_actions,
@@ -34,7 +34,7 @@ def test_records_job_fetches_each_identifier_and_reports_unknown_ones(demo, db_p
     source = demo_source(demo)
     harvest_window(source, day_window(2), db_path=db_path)
     a, b = sorted(live_identifiers(db_path))[:2]
-    demo.touch(a, at=TODAY - timedelta(hours=1))
+    demo.touch(a, at=today() - timedelta(hours=1))
     defs = build_definitions([source])
     with dg.instance_for_test() as instance:
         result = defs.resolve_job_def(records_job_name("demo")).execute_in_process(
@@ -44,7 +44,7 @@ def test_records_job_fetches_each_identifier_and_reports_unknown_ones(demo, db_p
     out = result.output_for_node(records_op_name("demo"))
     assert out["actions"] == {a: "updated", b: "unchanged"}
     assert (out["requested"], out["fetched"], out["not_found"]) == (3, 2, [UNKNOWN])
-    assert record_row(db_path, a)["datestamp"] == (TODAY - timedelta(hours=1)).replace(tzinfo=None)
+    assert record_row(db_path, a)["datestamp"] == (today() - timedelta(hours=1)).replace(tzinfo=None)
     assert record_row(db_path, UNKNOWN) is None
     marker = f"selected:{result.run_id}"
     assert history_actions(db_path, a)[-1] == ("updated", marker, result.run_id)
@@ -82,7 +82,7 @@ def test_cli_reharvests_selected_records(env, tmp_path, demo, db_path):
     source = demo_source(demo)
     harvest_window(source, day_window(2), db_path=db_path)
     a, b = sorted(live_identifiers(db_path))[:2]
-    demo.delete(b, at=TODAY - timedelta(minutes=5))  # persistent: GetRecord returns the tombstone
+    demo.delete(b, at=today() - timedelta(minutes=5))  # persistent: GetRecord returns the tombstone
 
     done = run_cli("harvest", "demo", "--identifier", a, "--identifier", b, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -124,9 +124,9 @@ def test_cli_full_harvest_lands_the_whole_source_and_is_idempotent(env, tmp_path
         assert ledger.get_window(con, "demo", FULL_START).attempts == 2
 
 
-def test_full_job_fails_when_its_checks_fail(demo, db_path):
-    demo.set_options(complete_list_size_bias=2)
-    defs = build_definitions([demo_source(demo)])
+def test_full_job_fails_when_its_checks_fail(tunable_demo, db_path):
+    tunable_demo.set_options(complete_list_size_bias=2)
+    defs = build_definitions([demo_source(tunable_demo)])
     with dg.instance_for_test() as instance:
         result = defs.resolve_job_def(full_job_name("demo")).execute_in_process(instance=instance, raise_on_error=False)
     assert not result.success

@@ -17,7 +17,7 @@ from harvest_pipeline.defs.factory import build_definitions
 from harvest_pipeline.defs.reconcile import GUARD_CHECK, reconcile_job_name
 from harvest_pipeline.harvest import harvest_window
 from harvest_pipeline.store import connect
-from harvest_pipeline_tests.conftest import TODAY, day_window, demo_source
+from harvest_pipeline_tests.conftest import today, day_window, demo_source
 from harvest_pipeline_tests.lifecycle.helpers import (
     cli_env,
     history_actions,
@@ -41,18 +41,18 @@ def test_one_record_through_every_step_of_its_life(demo, db_path, tmp_path):
     assert history_actions(db_path, rid)[-1][0] == "created"
 
     last = day_window(1)  # every later version of the record lands in yesterday's window
-    demo.touch(rid, at=TODAY - timedelta(hours=3))
+    demo.touch(rid, at=today() - timedelta(hours=3))
     assert harvest_window(source, last, db_path=db_path).counts.updated == 1
     harvest_window(source, last, db_path=db_path)  # the same version again
-    demo.delete(rid, at=TODAY - timedelta(hours=2))
+    demo.delete(rid, at=today() - timedelta(hours=2))
     assert harvest_window(source, last, db_path=db_path).counts.deleted == 1
     assert record_row(db_path, rid)["deleted"] is True
-    demo.touch(rid, at=TODAY - timedelta(hours=1))
+    demo.touch(rid, at=today() - timedelta(hours=1))
     assert harvest_window(source, last, db_path=db_path).counts.revived == 1
     assert record_row(db_path, rid)["deleted"] is False
 
     # The server now forgets its deletions: the record simply disappears from every list.
-    demo.delete(rid, at=TODAY - timedelta(minutes=30))
+    demo.delete(rid, at=today() - timedelta(minutes=30))
     demo.set_options(deleted_record="no")
     live_before = live_identifiers(db_path)
     defs = build_definitions([source])

@@ -1,5 +1,7 @@
 """The sources YAML: defaults, env interpolation, and errors that name the source and the field."""
 
+import pickle
+
 import pytest
 
 from harvest_pipeline.errors import ConfigError
@@ -59,11 +61,16 @@ def test_secrets_come_from_env_and_are_required_when_used(tmp_path, monkeypatch)
     with pytest.raises(ConfigError, match="MY_KEY"):
         src.http_headers()
     monkeypatch.setenv("MY_KEY", "s3cret")
-    monkeypatch.setenv("MY_USER", "u")
-    monkeypatch.setenv("MY_PASS", "p")
+    monkeypatch.setenv("MY_USER", "user-9f2")
+    monkeypatch.setenv("MY_PASS", "pass-7c1")
     assert src.http_headers() == {"X-Api-Key": "s3cret"}
-    assert src.http_auth() == ("u", "p")
-    assert "s3cret" not in repr(src)
+    assert src.http_auth() == ("user-9f2", "pass-7c1")
+    # The config keeps the variables' names, never their values: nothing resolved stays on it to be
+    # shown, logged or pickled into a run process.
+    shown = [repr(src), str(src), src.model_dump_json(), pickle.dumps(src).decode("latin-1")]
+    assert all("MY_KEY" in s and "MY_PASS" in s for s in shown)  # the place a leak would show
+    for secret in ("s3cret", "user-9f2", "pass-7c1"):
+        assert not any(secret in s for s in shown), secret
 
 
 @pytest.mark.parametrize(
