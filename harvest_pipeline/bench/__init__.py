@@ -56,6 +56,10 @@ Sections (each only when asked; ``--all`` = all of them), each with its own tabl
 ``--upsert``
     merge_staging throughput: ``--upsert-rows`` N (100,000) staged rows into a catalogue of
     ``--upsert-existing`` M (1,000,000) rows; scenarios created / updated / unchanged; rows/s.
+    Then the merge cost of a small window against the catalogue's size: ``--upsert-window`` W
+    (150; 0 skips) rows merged into an empty catalogue vs into a source of
+    ``--upsert-window-existing`` S (2,000,000) stored rows, as new records and as new versions.
+    Target: at most 2x the merge into an empty catalogue. ``--upsert-rows 0`` runs only this part.
 ``--backfill``
     ``--backfill-days`` (365) daily windows of ``--backfill-records-per-day`` (150) records,
     ``--backfill-modes`` cli,direct,ranged: the CLI (``harvest-pipeline harvest``, one Dagster run

@@ -17,11 +17,12 @@ SECTIONS = ("rss", "upsert", "backfill", "sources", "profile")
 
 # --quick: tiny sizes everywhere, one run, no warm-up (a smoke run, not a measurement).
 QUICK = dict(records=2000, page_size=100, runs=1, warmup=0, rss_sizes="2000,20000", rss_page_size=500,
-             upsert_rows=5000, upsert_existing=20000, backfill_days=3, backfill_records_per_day=50,
+             upsert_rows=5000, upsert_existing=20000, upsert_window=150, upsert_window_existing=20000, backfill_days=3, backfill_records_per_day=50,
              backfill_modes="cli,direct,ranged", ranged_max_partitions="2", sources_levels="1,2",
              sources_records=2000, profile_records=5000)
 FULL = dict(records=100_000, page_size=200, runs=5, warmup=1, rss_sizes="100000,1000000", rss_page_size=500,
-            upsert_rows=100_000, upsert_existing=1_000_000, backfill_days=365, backfill_records_per_day=150,
+            upsert_rows=100_000, upsert_existing=1_000_000, upsert_window=150,
+            upsert_window_existing=2_000_000, backfill_days=365, backfill_records_per_day=150,
             backfill_modes="cli,direct,ranged", ranged_max_partitions="30,365", sources_levels="1,2,5,10,20",
             sources_records=10_000, profile_records=50_000)
 
@@ -53,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--upsert", action="store_true", help="DuckDB merge throughput: N staged rows into M stored")
     s.add_argument("--upsert-rows", type=int, help="staged rows N (default 100,000)")
     s.add_argument("--upsert-existing", type=int, help="rows M already in the catalogue (default 1,000,000)")
+    s.add_argument("--upsert-window", type=int, help="rows of the small window whose merge cost is compared (default 150; 0 skips)")
+    s.add_argument("--upsert-window-existing", type=int,
+                   help="stored rows of the big source it is merged into (default 2,000,000)")
     s.add_argument("--backfill", action="store_true", help="wall time of a backfill of daily windows via Dagster")
     s.add_argument("--backfill-days", type=int, help="windows in the backfill (default 365)")
     s.add_argument("--backfill-records-per-day", type=int, help="records per daily window (default 150)")

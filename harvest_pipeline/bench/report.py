@@ -112,6 +112,11 @@ def targets(summaries: dict[str, Summary], sections: dict) -> list[Target]:
         out.append(Target(**rss["target"]))
     else:
         out.append(Target("1M-record window peak RSS < 300 MB", "n/a", "run with --rss"))
+    upsert = sections.get("upsert")
+    if upsert and upsert.get("target"):
+        out.append(Target(**upsert["target"]))
+    else:
+        out.append(Target("150-record window into 2,000,000 stored <= 2x into empty", "n/a", "run with --upsert"))
     backfill = sections.get("backfill")
     if backfill and backfill.get("target"):
         out.append(Target(**backfill["target"]))

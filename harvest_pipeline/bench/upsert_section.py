@@ -10,6 +10,12 @@ Scenarios (N rows each):
   updated    N identifiers already stored, newer datestamp, different content
   unchanged  N identifiers already stored, identical versions (re-running a window)
 Reported: rows/s = N / (merge_staging + COMMIT seconds), median/min/max over --runs.
+
+Then the merge cost of a small window against the catalogue's size (``--upsert-window`` W rows,
+default 150, into ``--upsert-window-existing`` S stored rows of the same source, default
+2,000,000, built directly in SQL with ~1.3 KB of metadata per row): the same W-row window merged
+into an empty catalogue, as new records into the big one, and as new versions of W records spread
+over the big one. Target: into S stored records at most 2x the merge into an empty catalogue.
 """
 
 from __future__ import annotations
@@ -124,7 +130,119 @@ def merge_into(db: Path, staging: Path, *, window: int = 0) -> tuple[float, obje
         return time.perf_counter() - t, counts
 
 
+WINDOW_TARGET = 2.0  # a small window into a big source: at most this many times its merge into an empty one
+
+
+def build_big_source(db: Path, rows: int) -> None:
+    """A catalogue whose source 'bench' holds `rows` records, inserted in SQL (fast), shaped like
+    synthetic_page's rows: identifiers oai:bench.upsert:<10 digits>, version 0."""
+    from harvest_pipeline.store import connect
+
+    with connect(db) as con:
+        con.execute("SET memory_limit = '2GB'")  # building only: one insert of millions of keys
+        con.execute(
+            f"""
+            INSERT INTO records (source_id, identifier, datestamp, datestamp_raw, deleted, set_specs, metadata_prefix,
+                                 metadata_xml, content_hash, format_name, title, creators, description, doi,
+                                 first_seen_at, written_at, written_by_run, identifier_key)
+            SELECT 'bench', id, ts, strftime(ts, '%Y-%m-%dT%H:%M:%SZ'), false, ['physics'], 'oai_dc',
+                   '<oai_dc:dc xmlns:oai_dc="http://www.openarchives.org/OAI/2.0/oai_dc/"><dc:title>Synthetic record '
+                   || i || ' version 0</dc:title><dc:description>' || {_sql_text(_XML_PAD)} || '</dc:description></oai_dc:dc>',
+                   md5(id), 'oai_dc', 'Synthetic record ' || i || ' version 0', ['Bench, Anna'], {_sql_text(_XML_PAD)},
+                   '10.5072/bench.' || i, now(), now(), 'bench-base', md5_number_lower(id)
+            FROM (SELECT i, 'oai:bench.upsert:' || lpad(i::VARCHAR, 10, '0') AS id,
+                         TIMESTAMP '2020-01-01' + to_seconds(i % 86400) AS ts FROM range(?) t(i))
+            """,
+            [rows],
+        )
+        con.execute("CHECKPOINT")
+
+
+def _sql_text(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def run_window_cost(args, workdir: Path, *, log=print) -> dict:
+    """A W-row window merged into an empty catalogue vs into a source of S stored rows."""
+    w, big, runs = args.upsert_window, args.upsert_window_existing, args.runs
+    big_db = workdir / "window-big" / "harvest.duckdb"
+    big_db.parent.mkdir(parents=True, exist_ok=True)
+    log(f"upsert window cost: building a source of {big:,} stored rows")
+    t = time.perf_counter()
+    build_big_source(big_db, big)
+    log(f"  built in {time.perf_counter() - t:.1f} s")
+    # New versions of W stored records spread over the whole source (every (S // W)-th one).
+    stride = max(big // w, 1)
+    secs: dict[str, list[float]] = {"empty catalogue": [], f"new records into {big:,}": [],
+                                    f"new versions into {big:,}": []}
+    classed: dict[str, object] = {}
+    for r in range(runs):
+        lo = big + r * w  # identifiers the big source does not hold yet, new ones every run
+        stg_new = build_staging(workdir / f"win-new-{r}.duckdb", lo, lo + w, version=0)
+        empty = workdir / f"win-empty-{r}" / "harvest.duckdb"
+        empty.parent.mkdir(parents=True, exist_ok=True)
+        from harvest_pipeline.store import connect
+
+        with connect(empty):
+            pass  # the schema exists before the clock starts, as in any harvest after the first
+        s_empty, c_empty = merge_into(empty, stg_new, window=20_000 + r)
+        s_new, c_new = merge_into(big_db, stg_new, window=30_000 + r)
+        stg_upd = build_spread_staging(workdir / f"win-upd-{r}.duckdb", w, stride, version=r + 1)
+        s_upd, c_upd = merge_into(big_db, stg_upd, window=40_000 + r)
+        for key, s_, c_ in zip(secs, (s_empty, s_new, s_upd), (c_empty, c_new, c_upd)):
+            secs[key].append(s_)
+            classed[key] = c_
+        log(f"  run {r + 1}: empty {s_empty * 1000:.0f} ms, new into {big:,} {s_new * 1000:.0f} ms, "
+            f"new versions into {big:,} {s_upd * 1000:.0f} ms")
+        shutil.rmtree(empty.parent, ignore_errors=True)
+        for f in (stg_new, stg_upd):
+            f.unlink(missing_ok=True)
+    base = Stats.of(secs["empty catalogue"]).median
+    rows, out = [], {"window": w, "existing": big, "runs": runs, "cases": {}}
+    for key, values in secs.items():
+        st = Stats.of(values)
+        c = classed[key]
+        what = ", ".join(f"{a} {getattr(c, a)}" for a in ("created", "updated") if getattr(c, a, 0))
+        rows.append([key, f"{w:,}", f"{st.median * 1000:.0f}", f"{st.min * 1000:.0f}", f"{st.max * 1000:.0f}",
+                     f"{st.median / base:.2f}x", what])
+        out["cases"][key] = {"seconds": st.as_dict(), "ratio_to_empty": st.median / base}
+    worst = max(Stats.of(v).median for v in secs.values()) / base
+    print()
+    print(f"== Merge cost of a {w}-record window: empty catalogue vs a source of {big:,} stored records"
+          f" ({runs} run(s) each) ==")
+    print(table(["merged into", "rows", "ms median", "min", "max", "x empty", "classed"], rows))
+    out["target"] = {"name": f"{w}-record window into {big:,} stored <= {WINDOW_TARGET:g}x into empty",
+                     "verdict": "PASS" if worst <= WINDOW_TARGET else "MISS",
+                     "numbers": f"worst case {worst:.2f}x ({base * 1000:.0f} ms into empty)"}
+    return out
+
+
+def build_spread_staging(path: Path, rows: int, stride: int, *, version: int) -> Path:
+    """A staging file with new versions of `rows` stored records, every `stride`-th identifier."""
+    from harvest_pipeline.store.columns import PAGE_SCHEMA
+    from harvest_pipeline.store.staging import StagingWindow
+
+    st = StagingWindow(path)
+    try:
+        st.start_attempt("bench-upsert", f"bench|spread|{rows}|{stride}|{version}")
+        pages = [synthetic_page(PAGE_SCHEMA, i * stride, i * stride + 1, version=version, page_number=i + 1)
+                 for i in range(rows)]
+        _write_page(st, pa.concat_tables(pages).set_column(
+            PAGE_SCHEMA.get_field_index("seq"), "seq", pa.array(range(rows), pa.int32())), None)
+    finally:
+        st.close()
+    return path
+
+
 def run(args, workdir: Path, *, log=print) -> dict:
+    out = run_throughput(args, workdir, log=log) if args.upsert_rows else {}
+    if getattr(args, "upsert_window", 0):
+        out["window_cost"] = run_window_cost(args, workdir / "window-cost", log=log)
+        out["target"] = out["window_cost"]["target"]
+    return out
+
+
+def run_throughput(args, workdir: Path, *, log=print) -> dict:
     n, m, runs = args.upsert_rows, args.upsert_existing, args.runs
     workdir.mkdir(parents=True, exist_ok=True)
     base = workdir / "base" / "harvest.duckdb"

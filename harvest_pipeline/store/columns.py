@@ -72,6 +72,8 @@ RECORD_COLUMNS: tuple[Column, ...] = (
     Column("written_by_run", "VARCHAR"),
     Column("window_start", "TIMESTAMP", doc="the window whose harvest last changed it"),
     Column("window_end", "TIMESTAMP"),
+    Column("identifier_key", "UBIGINT", catalog=False, shown=False, added_in=4,
+           doc="md5_number_lower(identifier): the narrow column a merge finds its window's rows by"),
 )
 RECORD_KEY = ("source_id", "identifier")
 

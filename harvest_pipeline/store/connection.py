@@ -57,7 +57,10 @@ def _is_being_created(exc: Exception, path: Path) -> bool:
     return "not a valid DuckDB database file" in str(exc) and path.exists() and path.stat().st_size < 1 << 20
 
 
-def open_with_retry(path: str | Path, *, read_only: bool = False, wait_seconds: float = 120.0) -> duckdb.DuckDBPyConnection:
+def open_with_retry(
+    path: str | Path, *, read_only: bool = False, wait_seconds: float = 120.0, settings: dict | None = None
+) -> duckdb.DuckDBPyConnection:
+    """Connect, waiting for another process's lock; `settings` override :func:`connection_config`."""
     path = Path(path)
     if not read_only:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -65,7 +68,7 @@ def open_with_retry(path: str | Path, *, read_only: bool = False, wait_seconds: 
     delay = 0.02
     while True:
         try:
-            return duckdb.connect(str(path), read_only=read_only, config=connection_config(path))
+            return duckdb.connect(str(path), read_only=read_only, config={**connection_config(path), **(settings or {})})
         except (duckdb.IOException, duckdb.ConnectionException, duckdb.InvalidInputException) as exc:
             if _is_being_created(exc, path) and time.monotonic() < deadline:
                 time.sleep(0.05)

@@ -113,14 +113,39 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     con.execute(
         """
         CREATE OR REPLACE TEMP TABLE latest AS
-        SELECT identifier, max(page_number::BIGINT * 1000000 + seq) AS pos
+        SELECT identifier, max(page_number::BIGINT * 1000000 + seq) AS pos,
+               md5_number_lower(identifier) AS identifier_key
         FROM stg.page_records GROUP BY identifier
         """
     )
+    # The stored rows of this window's records, found through the narrow `identifier_key` column
+    # (DuckDB pushes the window's keys into its scan as a Bloom filter), then read by row id, so
+    # the wide columns of the matching rows only are read and the cost follows the window, not
+    # the catalogue. Rows written without a key (by hand) get theirs first; row-group statistics
+    # make that free when there are none.
+    con.execute(
+        "UPDATE records SET identifier_key = md5_number_lower(identifier) WHERE identifier_key IS NULL"
+    )
+    # The harvest always wins: a row edited by hand since (same version, different columns) is
+    # rewritten and classed 'restored'. So the stored side's fingerprint is computed from the
+    # stored values themselves (a fingerprint stored with the row would not see a hand edit), for
+    # the window's rows only.
+    stored_fp = _fingerprint({c: "r." + c for c in VALUE_COLUMNS})
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE stored AS
+        SELECT r.rowid AS row_id, r.identifier, r.datestamp, r.deleted, r.content_hash, {stored_fp} AS fp
+        FROM records r
+        WHERE r.rowid IN (
+            SELECT rowid FROM records WHERE source_id = ? AND identifier_key IN (SELECT identifier_key FROM latest)
+        )
+        """,
+        [source_id],
+    )
     # A received record with no row whose history shows it was stored before: its row was
     # deleted by hand. Its last stored version says whether the harvest restores that version,
-    # and its first sighting stays its first_seen_at. Only identifiers without a row are looked
-    # up, so a window of new records reads the history's narrow columns once.
+    # and its first sighting stays its first_seen_at. Only identifiers without a row are looked up
+    # (a window whose records all have rows filters the history down to nothing).
     storing = ", ".join(f"'{a}'" for a in _STORING_ACTIONS)
     con.execute(
         f"""
@@ -132,23 +157,16 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
                min(h.received_at) AS first_seen_at
         FROM record_history h
         WHERE h.source_id = ? AND h.action IN ({storing})
-          AND h.identifier IN (
-              SELECT l.identifier FROM latest l
-              WHERE NOT EXISTS (SELECT 1 FROM records r WHERE r.source_id = ? AND r.identifier = l.identifier)
-          )
+          AND h.identifier IN (SELECT l.identifier FROM latest l ANTI JOIN stored s ON s.identifier = l.identifier)
         GROUP BY h.identifier
         """,
-        [source_id, source_id],
+        [source_id],
     )
-    # The harvest always wins: a row edited by hand since (same version, different columns) is
-    # rewritten and classed 'restored'. Rows are compared by a fingerprint computed on each side
-    # before the join, so the join never carries the wide columns (raw XML) of a large catalogue.
     incoming_fp = _fingerprint({c: _stored_value(c, "p.") for c in VALUE_COLUMNS})
-    stored_fp = _fingerprint({c: c for c in VALUE_COLUMNS})
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE classified AS
-        SELECT i.identifier, i.page_number, i.seq, i.datestamp, r.identifier IS NOT NULL AS existed,
+        SELECT i.identifier, i.page_number, i.seq, i.datestamp, r.identifier IS NOT NULL AS existed, r.row_id,
             h.first_seen_at,
             CASE
                 WHEN r.identifier IS NULL AND h.identifier IS NULL THEN CASE WHEN i.deleted THEN 'deleted' ELSE 'created' END
@@ -173,13 +191,9 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
             FROM stg.page_records p
             JOIN latest l ON l.identifier = p.identifier AND l.pos = p.page_number::BIGINT * 1000000 + p.seq
         ) i
-        LEFT JOIN (
-            SELECT identifier, datestamp, deleted, content_hash, {stored_fp} AS fp
-            FROM records WHERE source_id = ?
-        ) r ON r.identifier = i.identifier
+        LEFT JOIN stored r ON r.identifier = i.identifier
         LEFT JOIN stored_before h ON h.identifier = i.identifier
-        """,
-        [source_id],
+        """
     )
     # New rows are inserted and existing ones updated in place, in two statements: DuckDB's
     # INSERT .. ON CONFLICT DO UPDATE holds every conflicting row in memory, which a window
@@ -190,26 +204,27 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
         WHERE c.action IN ('created', 'updated', 'deleted', 'revived', 'restored')
     """
     values = ", ".join(_stored_value(c, "i.") for c in VALUE_COLUMNS)
-    con.execute(
+    inserted = con.execute(
         f"""
         INSERT INTO records (source_id, identifier, {', '.join(VALUE_COLUMNS)},
-                             first_seen_at, written_at, written_by_run, window_start, window_end)
-        SELECT ?, i.identifier, {values}, coalesce(c.first_seen_at, ?), ?, ?, ?, ?
+                             first_seen_at, written_at, written_by_run, window_start, window_end, identifier_key)
+        SELECT ?, i.identifier, {values}, coalesce(c.first_seen_at, ?), ?, ?, ?, ?, md5_number_lower(i.identifier)
         {changed} AND NOT c.existed
         """,
         [source_id, now, now, run_id, window_start, window_end],
-    )
+    ).fetchone()[0]
     aliased = ", ".join(f"{_stored_value(c, 'i.')} AS {c}" for c in VALUE_COLUMNS)
     assignments = ", ".join(f"{c} = u.{c}" for c in VALUE_COLUMNS)
-    con.execute(
+    # Matched by row id (found above, same transaction): no join against the whole table.
+    updated = con.execute(
         f"""
         UPDATE records SET {assignments},
             written_at = ?, written_by_run = ?, window_start = ?, window_end = ?
-        FROM (SELECT i.identifier, {aliased} {changed} AND c.existed) u
-        WHERE records.source_id = ? AND records.identifier = u.identifier
+        FROM (SELECT c.row_id, {aliased} {changed} AND c.existed) u
+        WHERE records.rowid = u.row_id
         """,
-        [now, run_id, window_start, window_end, source_id],
-    )
+        [now, run_id, window_start, window_end],
+    ).fetchone()[0]
     con.execute(
         """
         INSERT INTO record_history
@@ -221,17 +236,13 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
         [source_id, window_start, window_end, run_id, attempt_id, now],
     )
     by_action = dict(con.execute("SELECT action, count(*) FROM classified GROUP BY action").fetchall())
-    # "Stored": received versions the catalogue now holds (or holds a newer version of).
-    stored = con.execute(
-        """
-        SELECT count(*) FROM classified c
-        JOIN records r ON r.source_id = ? AND r.identifier = c.identifier
-            AND (c.datestamp IS NULL OR r.datestamp >= c.datestamp)
-        """,
-        [source_id],
-    ).fetchone()[0]
+    # "Stored": received versions the catalogue now holds (or holds a newer version of): the rows
+    # the two statements above wrote (their own row counts), plus the versions found already
+    # stored, identical or older than the stored one.
+    stored = int(inserted) + int(updated) + int(by_action.get("unchanged", 0)) + int(by_action.get("stale", 0))
     distinct = con.execute("SELECT count(*) FROM classified").fetchone()[0]
     con.execute("DROP TABLE classified")
+    con.execute("DROP TABLE stored")
     con.execute("DROP TABLE stored_before")
     con.execute("DROP TABLE latest")
     return MergeCounts(

@@ -13,7 +13,7 @@ import threading
 import duckdb
 
 from harvest_pipeline.store.clock import utcnow
-from harvest_pipeline.store.columns import create_records_sql
+from harvest_pipeline.store.columns import add_record_columns_sql, create_records_sql
 
 MIGRATIONS: list[tuple[int, str]] = [
     (
@@ -132,6 +132,14 @@ MIGRATIONS: list[tuple[int, str]] = [
             finished_at          TIMESTAMP NOT NULL
         );
         """,
+    ),
+    (
+        4,
+        # A merge finds the stored rows of its window through this one narrow integer column
+        # (DuckDB pushes the window's keys into the scan as a Bloom filter), so its cost follows
+        # the window, not the catalogue. Rows written before it get theirs here.
+        add_record_columns_sql(4)
+        + "UPDATE records SET identifier_key = md5_number_lower(identifier);\n",
     ),
 ]
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from harvest_pipeline.crashpoints import crashpoint
-from harvest_pipeline.errors import WindowBusyError
+from harvest_pipeline.errors import HarvestError, StoreLockedError, WindowBusyError
 from harvest_pipeline.http.redaction import redact_text
 from harvest_pipeline.store.clock import utcnow
 from harvest_pipeline.store.columns import PAGE_COLUMNS, create_page_records_sql
@@ -43,6 +43,14 @@ CREATE TABLE IF NOT EXISTS window_cursor (
     updated_at           TIMESTAMP NOT NULL
 );
 """
+
+
+# A staging file only appends pages and is thrown away after its merge, so its connection is
+# set for that: a small buffer pool (nothing is read back until the merge, which the catalogue's
+# connection does), no fsync per commit (a killed process loses nothing the OS already has; an
+# OS crash can only cost this disposable file, and a file that no longer opens is started over),
+# and checkpoints rarely (each one rewrites the pages already written).
+STAGING_SETTINGS = {"memory_limit": "64MB", "fsync_mode": "NONE", "checkpoint_threshold": "64MB", "threads": 1}
 
 
 @dataclass(frozen=True)
@@ -79,7 +87,7 @@ class StagingWindow:
         # The window is ours from here until release(): through the token loop AND the merge,
         # during which the staging file itself is closed (the catalogue attaches it).
         self._lock = _acquire_window_lock(path.with_name(path.name + ".lock"), wait_seconds)
-        self.con = open_with_retry(path, wait_seconds=wait_seconds)
+        self.con = _open_or_start_over(path, wait_seconds)
         self.con.execute(_DDL)
 
     # --- cursor -------------------------------------------------------------------------
@@ -196,6 +204,18 @@ class StagingWindow:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def _open_or_start_over(path: Path, wait_seconds: float):
+    """Open the staging file; one that no longer opens (torn by an OS crash) is removed and the
+    window starts over from its from-bound: it only ever holds pages that can be fetched again."""
+    try:
+        return open_with_retry(path, wait_seconds=wait_seconds, settings=STAGING_SETTINGS)
+    except HarvestError as exc:
+        if isinstance(exc, StoreLockedError) or not path.exists():
+            raise
+        remove_database_file(path)
+        return open_with_retry(path, wait_seconds=wait_seconds, settings=STAGING_SETTINGS)
 
 
 def _acquire_window_lock(lock_path: Path, wait_seconds: float):

@@ -156,3 +156,42 @@ def test_threads_of_one_process_migrate_a_new_catalogue_once(db):
         assert con.execute("SELECT count(*) FROM schema_migrations").fetchone()[0] == con.execute(
             "SELECT max(version) FROM schema_migrations"
         ).fetchone()[0]
+
+
+def test_the_window_finds_its_stored_rows_by_key_also_rows_written_without_one(db):
+    """The merge reads the stored rows of its window only (through identifier_key); a row written
+    by hand, without a key, is still found: updated, not inserted a second time."""
+    t = W0 + timedelta(hours=1)
+    _merge(db, [("a", t, False, "<x>a</x>"), ("b", t, False, "<x>b</x>")], run="r1")
+    with connect(db) as con:
+        keys = con.execute("SELECT identifier, identifier_key = md5_number_lower(identifier) FROM records ORDER BY 1").fetchall()
+        assert keys == [("a", True), ("b", True)]
+        con.execute(
+            "INSERT INTO records (source_id, identifier, datestamp, deleted, first_seen_at, written_at)"
+            " VALUES ('src', 'c', ?, false, now(), now())",
+            [t],
+        )
+    counts, table = _merge(db, [("c", t + timedelta(hours=1), False, "<x>c2</x>"), ("a", t, False, "<x>a</x>")], run="r2")
+    assert (counts.created, counts.updated, counts.unchanged, counts.stored) == (0, 1, 1, 2)
+    assert [row[1] for row in table] == ["a", "b", "c"]
+
+
+def test_migration_4_gives_rows_stored_before_it_their_key(tmp_path):
+    import duckdb
+
+    from harvest_pipeline.store.schema import MIGRATIONS, ensure_schema
+
+    path = tmp_path / "old.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at TIMESTAMP NOT NULL)")
+    for number, sql in MIGRATIONS[:3]:
+        con.execute(sql)
+        con.execute("INSERT INTO schema_migrations VALUES (?, now())", [number])
+    con.execute(
+        "INSERT INTO records (source_id, identifier, deleted, first_seen_at, written_at)"
+        " VALUES ('src', 'old-1', false, now(), now()), ('src', 'old-2', true, now(), now())"
+    )
+    assert ensure_schema(con) >= 4
+    rows = con.execute("SELECT identifier, identifier_key = md5_number_lower(identifier) FROM records ORDER BY 1").fetchall()
+    assert rows == [("old-1", True), ("old-2", True)]
+    con.close()
