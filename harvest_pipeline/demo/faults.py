@@ -115,7 +115,8 @@ Network, wrong headers
     ``gzip_wrong_length``
         Compress with ``Content-Encoding: gzip``, but declare the Content-Length of the
         uncompressed body and close the connection after the shorter compressed one (pycsw 2.x
-        behind a gzip filter).
+        behind a gzip filter). List pages only, so Identify still answers a client that
+        does not survive it.
 
 The ``all-recoverable`` preset (:data:`PRESETS`) switches on every fault that a correct
 harvester survives in a single pass while still ending with exactly the records of a clean

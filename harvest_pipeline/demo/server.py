@@ -622,7 +622,7 @@ class _Handler(BaseHTTPRequestHandler):
         except _faults.GatewayTimeout as exc:
             return self._send(504, f"{exc}\n".encode(), "text/plain; charset=utf-8")
         headers = {}
-        if opts.gzip_wrong_length and accepts_gzip:
+        if opts.gzip_wrong_length and accepts_gzip and provider._req.list_page:
             return self._send_gzip_wrong_length(out)
         if plan.gzip:
             out = _faults.gzip_bytes(out)
