@@ -11,7 +11,7 @@ from harvest_pipeline.defs.partitions import partitions_for
 from harvest_pipeline.defs.report import progress_logger, report_metadata
 from harvest_pipeline.defs.resources import catalogue_connector, catalogue_path
 from harvest_pipeline.errors import DeferredError
-from harvest_pipeline.harvest import Window, harvest_window
+from harvest_pipeline.harvest import Window, harvest_partition
 from harvest_pipeline.sources import SourceConfig
 
 
@@ -75,7 +75,7 @@ def build_window_asset(source: SourceConfig, start: datetime, start_note: str) -
         window = Window(time_window.start, time_window.end, context.partition_key)
 
         try:
-            report = harvest_window(
+            report = harvest_partition(
                 source,
                 window,
                 run_id=context.run.run_id,

@@ -2,7 +2,8 @@
 
 Per source: the window asset `harvest/<id>` (job `harvest_<id>`, sensor `harvest_<id>_watermark`),
 the one-off jobs `harvest_<id>_records` and `harvest_<id>_full`, and the reconciliation asset
-`reconcile/<id>` (job `reconcile_<id>`, schedule `reconcile_<id>_schedule`). Across sources: the
+`reconcile/<id>` (job `reconcile_<id>`, schedule `reconcile_<id>_schedule`), and the drift audit
+`drift/<id>` (job `drift_<id>`, schedule `drift_<id>_schedule`). Across sources: the
 `catalog` asset (job `catalog_refresh_job`, sensor `catalog_refresh`).
 """
 
@@ -16,6 +17,7 @@ from harvest_pipeline.defs.catalog import (
     build_catalog_job,
     build_catalog_sensor,
 )
+from harvest_pipeline.defs.drift import build_drift_defs
 from harvest_pipeline.defs.jobs import build_full_job, build_records_job
 from harvest_pipeline.defs.partitions import partitions_for
 from harvest_pipeline.defs.reconcile import (
@@ -62,6 +64,10 @@ def build_definitions(sources: list[SourceConfig] | None = None) -> dg.Definitio
         reachable = "FALLBACK" not in note and "unreachable" not in note
         deleted_record, how = deleted_record_policy(source, db_path, ask_server=reachable)
         schedules.append(build_reconcile_schedule(source, reconcile_job, deleted_record, how))
+        drift_asset, drift_job, drift_schedule = build_drift_defs(source)  # the drift audit, defs/drift.py
+        assets.append(drift_asset)
+        jobs.append(drift_job)
+        schedules.append(drift_schedule)
 
     assets.append(build_catalog_asset(sources))
     catalog_job = build_catalog_job()

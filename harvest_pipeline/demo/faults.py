@@ -97,6 +97,26 @@ Pagination and dates (lists only)
         ``from``/``until`` are silently ignored: the whole corpus is listed.
     ``index_lag_seconds`` N
         Records with a datestamp after the clock minus N seconds are invisible to lists.
+    ``token_expires_after_pages`` k
+        A continuation for page k + 1 or later answers badResumptionToken ("expired"): a list
+        longer than k pages can never be traversed, only a smaller range can (tokens that expire
+        before a slow harvest reaches the end of a big window).
+    ``gateway_timeout_over_seconds`` N
+        A list request whose date range spans more than N seconds (a missing ``from`` counts
+        from the earliest record, a missing ``until`` to the clock) answers HTTP 504 Gateway
+        Timeout, every time: a server whose database times out on large ranges.
+    ``dates_to_whole_days``
+        ``from``/``until`` are read by their date only (``until=2026-01-05T10:00:00Z`` lists
+        the whole of 2026-01-05) while Identify says seconds.
+    ``reject_set_with_dates``
+        ``set`` together with ``from``/``until`` gets badArgument (each alone works).
+
+Network, wrong headers
+    ``gzip_wrong_length``
+        Compress with ``Content-Encoding: gzip``, but declare the Content-Length of the
+        uncompressed body and close the connection after the shorter compressed one (pycsw 2.x
+        behind a gzip filter). List pages only, so Identify still answers a client that
+        does not survive it.
 
 The ``all-recoverable`` preset (:data:`PRESETS`) switches on every fault that a correct
 harvester survives in a single pass while still ending with exactly the records of a clean
@@ -123,6 +143,10 @@ Not in the preset, and why:
   must notice and fail (or fall back to a full harvest, a different run);
 * ``clamp_until``, ``index_lag_seconds``: records at the recent edge stay invisible until the
   server's clock moves on; they arrive only in a later pass (``overlap_seconds``);
+* ``token_expires_after_pages``, ``gateway_timeout_over_seconds``: a window larger than the
+  limit never finishes whole; only a harvester that splits it into smaller ranges gets it;
+* ``dates_to_whole_days``, ``reject_set_with_dates``: quirks for ``probe`` to detect;
+  ``gzip_wrong_length``: a truncated-looking body that is whole (a transport concern);
 * ``gzip="sniff"`` is survivable but not a preset member, because ``gzip="header"`` is;
   ``retry_after`` is off so the preset stays fast (the transport tests cover it).
 """
@@ -146,6 +170,7 @@ __all__ = [
     "PRESETS",
     "FaultOptions",
     "FaultState",
+    "GatewayTimeout",
     "NetworkPlan",
     "active_faults",
     "apply_entity_attack",
@@ -208,6 +233,11 @@ class FaultOptions:
     reject_dates: bool = False
     ignore_dates: bool = False
     index_lag_seconds: int = 0
+    token_expires_after_pages: int = 0
+    gateway_timeout_over_seconds: int = 0
+    dates_to_whole_days: bool = False
+    reject_set_with_dates: bool = False
+    gzip_wrong_length: bool = False
 
 
 def fault_field_names() -> list[str]:
@@ -242,7 +272,8 @@ FAULT_CHECKS = {
     **{name: _non_negative for name in (
         "fail_every", "slow_ms", "truncate_every", "empty_body_every", "control_chars",
         "bad_bytes", "broken_record_every", "malformed_page_every", "repeat_token", "restart_list_at",
-        "clamp_until", "out_of_window_records", "index_lag_seconds")},
+        "clamp_until", "out_of_window_records", "index_lag_seconds", "token_expires_after_pages",
+        "gateway_timeout_over_seconds")},
     "slow_every": _positive,
     "gzip_bomb_mb": _positive,
     "fail_status": _one_of(*FAIL_STATUSES),
@@ -288,6 +319,10 @@ def active_faults(opts) -> dict:
     """The fault fields of ``opts`` that differ from their defaults."""
     return {f.name: getattr(opts, f.name) for f in fields(FaultOptions)
             if getattr(opts, f.name) != f.default}
+
+
+class GatewayTimeout(Exception):
+    """Raised by the provider for ``gateway_timeout_over_seconds``; the HTTP layer answers 504."""
 
 
 class FaultState:

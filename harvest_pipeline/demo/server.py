@@ -388,7 +388,10 @@ class OAIProvider:
         day = opts.day_granularity
         if "resumptionToken" in args:
             tok = self._decode_token(args["resumptionToken"], verb)
+            if opts.token_expires_after_pages and tok["c"] // opts.page_size >= opts.token_expires_after_pages:
+                raise _OAIError("badResumptionToken", "the resumptionToken has expired")  # fault
             prefix, set_spec, lo, hi = tok["m"], tok["s"], tok["lo"], tok["hi"]
+            self._gateway_timeout_if_too_long(opts, lo, hi)
             after, cursor, size, snapshot = (tok["d"], tok["i"]), tok["c"], tok["n"], tok["q"]
             if tok["d"] is None:  # fault restart_list: this token starts the list again
                 after = None
@@ -401,6 +404,8 @@ class OAIProvider:
             prefix = args["metadataPrefix"]
             if opts.reject_dates and ("from" in args or "until" in args):
                 raise _OAIError("badArgument", "this repository does not support from/until")
+            if opts.reject_set_with_dates and "set" in args and ("from" in args or "until" in args):
+                raise _OAIError("badArgument", "set cannot be combined with from/until")  # fault
             lo = hi = None
             f_is_day = u_is_day = None
             if "from" in args:
@@ -414,6 +419,9 @@ class OAIProvider:
                     raise _OAIError("badArgument", "from is later than until")
             if u_is_day:
                 hi += 86399  # a day `until` includes the whole day
+            if opts.dates_to_whole_days:  # fault: only the date part of from/until is read
+                lo = None if lo is None else lo - lo % 86400
+                hi = None if hi is None else hi - hi % 86400 + 86399
             if opts.ignore_dates:  # fault: from/until silently ignored
                 lo = hi = None
             if prefix not in METADATA_FORMATS:
@@ -431,6 +439,7 @@ class OAIProvider:
                 hi = min(hi, now - opts.index_lag_seconds)
             if opts.clamp_until and "until" in args:  # fault: until capped at the clock minus N
                 hi = min(hi, self._clamped_until(opts, now))
+            self._gateway_timeout_if_too_long(opts, lo, hi)
             size = self.corpus.count(lo, hi, set_spec) if lo <= hi else 0
             if size and opts.deleted_record != "persistent":  # deletions are not listed: nor counted
                 size = self.corpus.stats(until=hi, from_=lo, set_spec=set_spec)["live"]
@@ -493,6 +502,15 @@ class OAIProvider:
         else:
             rt = ""
         return f"<{verb}>{items}{rt}</{verb}>\n"
+
+    def _gateway_timeout_if_too_long(self, opts: ServerOptions, lo: int, hi: int) -> None:
+        """Fault gateway_timeout_over_seconds: a large range times out (HTTP 504)."""
+        if not opts.gateway_timeout_over_seconds:
+            return
+        earliest = self.corpus.earliest_datestamp()
+        span = hi - max(lo, earliest if earliest is not None else lo)
+        if span > opts.gateway_timeout_over_seconds:
+            raise _faults.GatewayTimeout(f"fault: a range of {span} s is more than {opts.gateway_timeout_over_seconds} s")
 
     @staticmethod
     def _token_element(token: str, size: int, cursor: int, opts: "ServerOptions", now: int) -> str:
@@ -599,8 +617,13 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send_bomb(plan.bomb, opts.gzip_bomb_mb)
         if plan.empty:
             return self._send(200, b"", "text/xml; charset=utf-8")
-        out = provider.handle(pairs, base_url, request_no=n)
+        try:
+            out = provider.handle(pairs, base_url, request_no=n)
+        except _faults.GatewayTimeout as exc:
+            return self._send(504, f"{exc}\n".encode(), "text/plain; charset=utf-8")
         headers = {}
+        if opts.gzip_wrong_length and accepts_gzip and provider._req.list_page:
+            return self._send_gzip_wrong_length(out)
         if plan.gzip:
             out = _faults.gzip_bytes(out)
             if plan.gzip == "header":
@@ -624,6 +647,18 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(half)
+        self.wfile.flush()
+        self.close_connection = True
+
+    def _send_gzip_wrong_length(self, body: bytes) -> None:
+        """Fault gzip_wrong_length: the gzip body, the uncompressed Content-Length, then close."""
+        packed = _faults.gzip_bytes(body)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/xml; charset=utf-8")
+        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(packed)
         self.wfile.flush()
         self.close_connection = True
 

@@ -29,6 +29,7 @@ from harvest_pipeline.store import connect as store_connect
 from harvest_pipeline.store import ledger, transaction
 from harvest_pipeline.store.merge import MergeCounts, merge_staging
 from harvest_pipeline.store.staging import StagingWindow, staging_path
+from harvest_pipeline.store.window_parts import PartLedger, part_staging_path
 
 Connect = Callable[[], AbstractContextManager[duckdb.DuckDBPyConnection]]
 Progress = Callable[[dict], None]
@@ -177,21 +178,29 @@ def harvest_window(
     lister: Lister | None = None,
     progress: Progress | None = None,
     full: bool = False,
+    part: PartLedger | None = None,
 ) -> WindowReport:
     """Harvest `window` of `source` into the catalogue at `db_path`; resume if a cursor is open.
 
     `full=True` lists the whole source with no from/until (servers that cannot filter by date,
     periodic full refreshes); it is staged, merged and verified exactly like a window.
+
+    `part`: `window` is a sub-window of a window that split itself (harvest/split.py); its row
+    goes to `harvest_window_parts` and its cursor to its own staging file.
     """
     run_id = run_id or uuid.uuid4().hex
     connect = connect or (lambda: store_connect(db_path))
     started = time.monotonic()
     ctx = dict(source_id=source.id, window=window.key)
+    book = ledger if part is None else part  # where the window's row goes
     staging = None
     try:
         # The window's lock comes first: a run that does not get it leaves the window's ledger
         # row to the run that holds it (it raises WindowBusyError and writes nothing).
-        staging = StagingWindow(staging_path(db_path, source.id, window.start))
+        staging = StagingWindow(
+            staging_path(db_path, source.id, window.start) if part is None
+            else part_staging_path(db_path, source.id, window.start, window.end)
+        )
         lister = lister or lister_for(source, state_dir=Path(db_path).parent / "hosts")
         bind_time_budget(lister, source.traversal, started)
         described = lister.describe()
@@ -202,7 +211,7 @@ def harvest_window(
         with connect() as con, transaction(con):
             ledger.record_identify(con, source.id, **described)
             known_quirks = ledger.get_quirks(con, source.id)
-            ledger.begin_window(
+            book.begin_window(
                 con, source_id=source.id, window_start=window.start, window_end=window.end,
                 partition_key=window.key, run_id=run_id, from_param=from_param, until_param=until_param,
             )
@@ -266,7 +275,7 @@ def harvest_window(
                 outside_window=0 if full else outside,
             )
             status = _status_for(checks)
-            ledger.finish_window(
+            book.finish_window(
                 con, source_id=source.id, window_start=window.start, status=status, run_id=run_id, error=None,
                 attempt_id=cursor.attempt_id,
                 complete_list_size=cursor.complete_list_size, received=counts.received,
@@ -293,7 +302,7 @@ def harvest_window(
                 hint="raise HARVEST_DUCKDB_MEMORY_LIMIT (default 1GB) and run the window again; "
                 "nothing is lost, the staged pages are kept",
             )
-        _record_failure(connect, source, window, exc)
+        _record_failure(connect, source, window, exc, book)
         if isinstance(exc, HarvestError):
             raise exc.with_context(**ctx) from None
         raise
@@ -482,7 +491,7 @@ def _fetch_unreadable_again(lister: Lister, page) -> list[str]:
     return notes
 
 
-def _record_failure(connect: Connect, source: SourceConfig, window: Window, exc: BaseException) -> None:
+def _record_failure(connect: Connect, source: SourceConfig, window: Window, exc: BaseException, book=ledger) -> None:
     """Mark the window failed (or deferred) in the ledger; never mask the original error.
 
     A catalogue that cannot take the mark (locked, full disk) is logged and the original error
@@ -492,12 +501,12 @@ def _record_failure(connect: Connect, source: SourceConfig, window: Window, exc:
     try:
         with connect() as con:
             if isinstance(exc, DeferredError):
-                ledger.defer_window(
+                book.defer_window(
                     con, source_id=source.id, window=window, error=text, response_date=exc.response_date,
                     retry_not_before=datetime.now(timezone.utc) + timedelta(seconds=exc.retry_after_seconds),
                 )
             else:
-                ledger.fail_window(con, source_id=source.id, window=window, error=text)
+                book.fail_window(con, source_id=source.id, window=window, error=text)
     except (HarvestError, duckdb.Error, OSError) as ledger_error:
         log.warning(
             "source %s, window %s: could not mark the window %s in the ledger (%s: %s); "

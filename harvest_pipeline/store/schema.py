@@ -141,6 +141,60 @@ MIGRATIONS: list[tuple[int, str]] = [
         add_record_columns_sql(4)
         + "UPDATE records SET identifier_key = md5_number_lower(identifier);\n",
     ),
+    (
+        5,
+        """
+        -- Windows that split themselves (harvest/split.py): a window that could not finish whole
+        -- is harvested as sub-windows. The window's row then sums its sub-windows' counts and
+        -- says how it was split; each sub-window (at any depth) has its row here.
+        ALTER TABLE harvest_windows ADD COLUMN split_into INTEGER;    -- NULL: harvested whole
+        ALTER TABLE harvest_windows ADD COLUMN split_reason VARCHAR;  -- the error that made it split
+        CREATE TABLE harvest_window_parts (
+            source_id           VARCHAR NOT NULL,
+            window_start        TIMESTAMP NOT NULL,   -- the partition's window (harvest_windows)
+            part_start          TIMESTAMP NOT NULL,
+            part_end            TIMESTAMP NOT NULL,
+            depth               INTEGER NOT NULL,     -- 1: a part of the window, 2: a part of a part ...
+            part_key            VARCHAR NOT NULL,
+            status              VARCHAR NOT NULL,
+            split_into          INTEGER,
+            split_reason        VARCHAR,
+            run_id              VARCHAR,
+            attempt_id          VARCHAR,
+            attempts            INTEGER NOT NULL DEFAULT 0,
+            from_param          VARCHAR,
+            until_param         VARCHAR,
+            complete_list_size  BIGINT,
+            received            BIGINT,
+            distinct_received   BIGINT,
+            stored              BIGINT,
+            created             BIGINT,
+            updated             BIGINT,
+            unchanged           BIGINT,
+            deleted             BIGINT,
+            revived             BIGINT,
+            restored            BIGINT,
+            stale               BIGINT,
+            upserted            BIGINT,
+            quarantined         BIGINT,
+            repaired_chars      BIGINT,
+            pages               INTEGER,
+            duplicates          BIGINT,
+            cursor_closed       BOOLEAN,
+            check_complete      VARCHAR,
+            check_duplicates    VARCHAR,
+            check_cursor        VARCHAR,
+            response_date       VARCHAR,
+            warnings            VARCHAR[],
+            error               VARCHAR,
+            retry_not_before    TIMESTAMP,
+            started_at          TIMESTAMP,
+            finished_at         TIMESTAMP,
+            seconds             DOUBLE,
+            PRIMARY KEY (source_id, part_start, part_end)
+        );
+        """,
+    ),
 ]
 
 
