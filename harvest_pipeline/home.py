@@ -18,9 +18,8 @@ def ensure_dagster_home(project_dir: Path | None = None) -> Path:
     project_dir = Path(project_dir or Path.cwd())
     home = Path(os.environ.get("DAGSTER_HOME") or project_dir / DEFAULT_HOME).resolve()
     home.mkdir(parents=True, exist_ok=True)
-    # The project's instance config lives in the default home itself (a dagster.yaml in the
-    # project root would make Dagster warn that it is ignored); other homes get a copy of it.
-    template = project_dir / DEFAULT_HOME / "dagster.yaml"
+    # The project's dagster.yaml is the source of truth; keep the home's copy in step with it.
+    template = project_dir / "dagster.yaml"
     target = home / "dagster.yaml"
     if template.exists() and template.resolve() != target.resolve():
         if not target.exists() or target.read_bytes() != template.read_bytes():

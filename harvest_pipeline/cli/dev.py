@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 
 from harvest_pipeline.home import ensure_dagster_home
+from harvest_pipeline.sources.registry import sources_file_path
+from harvest_pipeline.store.connection import default_db_path
 
 # Signals that stop `dev`. SIGINT is in the list on purpose: a job started with `&` from a
 # non-interactive shell inherits SIGINT as ignored, and only an explicit handler undoes that.
@@ -76,14 +78,19 @@ def cmd_dev(args: argparse.Namespace) -> int:
         print(line, flush=True)
         env = {
             **os.environ,
+            # The UI runs from DAGSTER_HOME's folder (below): the project's files by absolute path.
+            "HARVEST_SOURCES_FILE": str(sources_file_path().resolve()),
+            "HARVEST_DUCKDB_PATH": str(default_db_path().resolve()),
             "HARVEST_DEMO_URL": f"http://127.0.0.1:{args.demo_port}/oai",
             "HARVEST_DEMO_CSW_URL": f"http://127.0.0.1:{args.demo_port}/csw",
         }
         print(f"Dagster UI on http://127.0.0.1:{args.ui_port}  (DAGSTER_HOME={home})", flush=True)
-        # `dg dev` with the workspace file that pins the code location's name.
+        # `dg dev` with the workspace file that pins the code location's name, started in
+        # DAGSTER_HOME: Dagster then reads the instance config there and does not warn that the
+        # project's dagster.yaml (the copy's source) is not DAGSTER_HOME's.
         ui = subprocess.Popen(
-            dg_command() + ["dev", "-w", "workspace.yaml", "-h", args.ui_host, "-p", str(args.ui_port)],
-            env=env, process_group=group,
+            dg_command() + ["dev", "-w", str(Path("workspace.yaml").resolve()), "-h", args.ui_host, "-p", str(args.ui_port)],
+            env=env, process_group=group, cwd=home,
         )
         code = ui.wait()
         print(f"the Dagster UI exited with code {code}; stopping the demo provider", file=sys.stderr)
