@@ -97,10 +97,20 @@ def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConne
 
 @contextmanager
 def connect(path: str | Path | None = None, *, read_only: bool = False, wait_seconds: float = 120.0) -> Iterator[duckdb.DuckDBPyConnection]:
-    """Open the catalogue (schema ensured when writable), yield, and always close."""
+    """Open the catalogue (schema ensured when writable), yield, and always close.
+
+    The embedded file at `path`, or the shared catalogue when HARVEST_CATALOGUE says so
+    (:mod:`harvest_pipeline.store.backend`)."""
     from harvest_pipeline.store.schema import ensure_schema
 
-    con = open_with_retry(path or default_db_path(), read_only=read_only, wait_seconds=wait_seconds)
+    from harvest_pipeline.store.backend import catalogue_settings, open_shared
+
+    settings = catalogue_settings()
+    if settings.shared:
+        # Local folders (staging, spill, host locks) stay beside HARVEST_DUCKDB_PATH.
+        con = open_shared(settings, connection_config(path or default_db_path()), read_only=read_only)
+    else:
+        con = open_with_retry(path or default_db_path(), read_only=read_only, wait_seconds=wait_seconds)
     try:
         if not read_only:
             ensure_schema(con)
