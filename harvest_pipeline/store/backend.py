@@ -37,6 +37,7 @@ POSTGRES = "postgres"
 DUCKLAKE = "ducklake"
 KINDS = (EMBEDDED, POSTGRES, DUCKLAKE)
 ATTACHED_AS = "catalogue"
+ATTACH_TRIES = 8
 
 _EXTENSION_PACKAGES = {
     "postgres_scanner": "duckdb_extension_postgres_scanner",
@@ -127,27 +128,42 @@ def _quote(text: str) -> str:
 
 def open_shared(settings: CatalogueSettings, config: dict, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB session with the shared catalogue attached as the default database."""
-    con = duckdb.connect(":memory:", config=config)
-    try:
-        _load(con, "postgres_scanner")
-        options = ["READ_ONLY"] if read_only else []
-        if settings.kind == DUCKLAKE:
-            _load(con, "ducklake")
-            options.append(f"DATA_PATH {_quote(settings.data_path)}")
-            target = f"ducklake:postgres:{settings.pg_dsn}"
-        else:
-            options.insert(0, "TYPE postgres")
-            target = settings.pg_dsn
-        con.execute(f"ATTACH {_quote(target)} AS {ATTACHED_AS} ({', '.join(options)})")
-        con.execute(f"USE {ATTACHED_AS}")
-    except duckdb.Error as exc:
-        con.close()
-        raise HarvestError(
-            f"could not open the shared catalogue, {settings.describe()}: {redact_dsn(str(exc))}",
-            hint="check HARVEST_CATALOGUE_PG_DSN (host, port, database, user), that PostgreSQL accepts this "
-            "machine, and for DuckLake that HARVEST_DUCKLAKE_DATA_PATH is reachable",
-        ) from None
-    return con
+    error: duckdb.Error | None = None
+    for attempt in range(ATTACH_TRIES):
+        con = duckdb.connect(":memory:", config=config)
+        try:
+            _load(con, "postgres_scanner")
+            options = ["READ_ONLY"] if read_only else []
+            if settings.kind == DUCKLAKE:
+                _load(con, "ducklake")
+                options.append(f"DATA_PATH {_quote(settings.data_path)}")
+                target = f"ducklake:postgres:{settings.pg_dsn}"
+            else:
+                options.insert(0, "TYPE postgres")
+                target = settings.pg_dsn
+            con.execute(f"ATTACH {_quote(target)} AS {ATTACHED_AS} ({', '.join(options)})")
+            con.execute(f"USE {ATTACHED_AS}")
+            return con
+        except duckdb.Error as exc:
+            con.close()
+            error = exc
+            # Workers attaching a new DuckLake at the same moment race to create its metadata
+            # tables; the losers find them made a moment later. A wrong DSN fails every try.
+            if attempt + 1 < ATTACH_TRIES and not _is_auth_or_network(exc):
+                time.sleep(0.1 * (attempt + 1) * (0.5 + random.random()))
+                continue
+            break
+    raise HarvestError(
+        f"could not open the shared catalogue, {settings.describe()}: {redact_dsn(str(error))}",
+        hint="check HARVEST_CATALOGUE_PG_DSN (host, port, database, user), that PostgreSQL accepts this "
+        "machine, and for DuckLake that HARVEST_DUCKLAKE_DATA_PATH is reachable",
+    ) from None
+
+
+def _is_auth_or_network(exc: duckdb.Error) -> bool:
+    text = str(exc)
+    return any(m in text for m in ("password authentication", "does not exist", "Connection refused",
+                                   "could not translate host", "timeout expired", "no pg_hba.conf"))
 
 
 def dialect(con: duckdb.DuckDBPyConnection) -> str:

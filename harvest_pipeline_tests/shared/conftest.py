@@ -7,83 +7,27 @@ cluster runs as the `postgres` user (initdb refuses root).
 
 from __future__ import annotations
 
-import glob
 import os
-import shutil
-import socket
-import subprocess
-import tempfile
 import threading
 import time
 import urllib.error
 import urllib.request
-import uuid
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 
-
-
-
-def _pg_bindir() -> Path | None:
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(p.split("/")[4]))
-    if found:
-        return Path(found[-1]).parent
-    initdb = shutil.which("initdb")
-    return Path(initdb).parent if initdb else None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@dataclass
-class PgServer:
-    port: int
-    user: str = "harvest"
-
-    def dsn(self, dbname: str = "postgres") -> str:
-        return f"host=127.0.0.1 port={self.port} user={self.user} dbname={dbname}"
-
-    def create_database(self) -> str:
-        import psycopg
-
-        name = "h_" + uuid.uuid4().hex[:12]
-        with psycopg.connect(self.dsn(), autocommit=True) as conn:
-            conn.execute(f"CREATE DATABASE {name}")
-        return name
+from harvest_pipeline.bench.pg_cluster import pg_bindir, temporary_postgres
 
 
 @pytest.fixture(scope="session")
 def pg_server():
-    bindir = _pg_bindir()
-    if bindir is None:
+    if pg_bindir() is None:
         message = "PostgreSQL is not installed (apt-get install -y postgresql; bash .ci/test-shared does it)"
         if os.environ.get("HARVEST_REQUIRE_POSTGRES"):
             pytest.fail(message)
         pytest.skip(message)
-    base = Path(tempfile.mkdtemp(prefix="harvest-pg-"))
-    as_user: list[str] = []
-    if os.geteuid() == 0:
-        shutil.chown(base, "postgres")
-        as_user = ["runuser", "-u", "postgres", "--"]
-    port = _free_port()
-    data = base / "data"
-    subprocess.run([*as_user, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "harvest",
-                    "-E", "UTF8", "--no-sync"], check=True, capture_output=True)
-    options = f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=300"
-    subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(base / "log"),
-                    "-w", "start"], check=True, capture_output=True)
-    try:
-        yield PgServer(port)
-    finally:
-        subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
-                       capture_output=True)
-        shutil.rmtree(base, ignore_errors=True)
+    with temporary_postgres() as server:
+        yield server
 
 
 @pytest.fixture
