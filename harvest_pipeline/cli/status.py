@@ -18,6 +18,7 @@ def register(sub) -> None:
 def cmd_status(args: argparse.Namespace) -> int:
     from harvest_pipeline.sources import load_sources
     from harvest_pipeline.store import connect, default_db_path
+    from harvest_pipeline.store.connection import catalogue_exists
     from harvest_pipeline.store.staging import open_staging_files, window_is_locked
     from harvest_pipeline.store.status import failing_windows, source_summary
 
@@ -25,7 +26,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     db_path = default_db_path()
     now = datetime.now(timezone.utc).replace(tzinfo=None)
     out = []
-    if not db_path.exists():
+    if not catalogue_exists(db_path):
         summaries = [{"source_id": s.id, "watermark": None, "live": 0, "deleted": 0, "windows": {}, "last_run": None} for s in sources]
         failing = {s.id: [] for s in sources}
     else:

@@ -25,6 +25,13 @@ def default_db_path() -> Path:
     return Path(os.environ.get("HARVEST_DUCKDB_PATH") or DEFAULT_DB_PATH)
 
 
+def catalogue_exists(path: str | Path | None = None) -> bool:
+    """Whether there is a catalogue to read: the file exists, or a shared catalogue is configured."""
+    from harvest_pipeline.store.backend import catalogue_settings
+
+    return catalogue_settings().shared or Path(path or default_db_path()).exists()
+
+
 def _is_lock_error(exc: Exception) -> bool:
     text = str(exc)
     return "lock" in text.lower() or "Conflicting" in text
