@@ -27,7 +27,7 @@ pytestmark = pytest.mark.shared
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = [f"s{i:02d}" for i in range(10)]
 DAYS = (3, 2)
-INTERVAL = 0.03
+INTERVAL = 0.15
 
 WORKER = textwrap.dedent("""
     import sys
@@ -93,7 +93,8 @@ def test_two_workers_harvest_ten_sources_into_one_catalogue(demo, pg_server, sha
     assert proxy.max_in_flight == 1
     starts = sorted(proxy.starts)
     assert len(starts) >= 10 * len(DAYS)
-    assert min(b - a for a, b in itertools.pairwise(starts)) >= INTERVAL * 0.8
+    # Stamped when the gate lets a request go; it reaches the proxy later, unevenly on a busy machine.
+    assert min(b - a for a, b in itertools.pairwise(starts)) >= INTERVAL - 0.1  # as the file-lock test
 
     # Both workers' runs are in the one instance storage.
     import psycopg
