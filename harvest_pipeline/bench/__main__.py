@@ -13,18 +13,20 @@ from pathlib import Path
 
 from harvest_pipeline.bench.contenders import ORDER, parse_names
 
-SECTIONS = ("rss", "upsert", "backfill", "sources", "profile")
+SECTIONS = ("rss", "upsert", "backfill", "sources", "profile", "shared")
 
 # --quick: tiny sizes everywhere, one run, no warm-up (a smoke run, not a measurement).
 QUICK = dict(records=2000, page_size=100, runs=1, warmup=0, rss_sizes="2000,20000", rss_page_size=500,
              upsert_rows=5000, upsert_existing=20000, upsert_window=150, upsert_window_existing=20000, backfill_days=3, backfill_records_per_day=50,
              backfill_modes="cli,direct,ranged", ranged_max_partitions="2", sources_levels="1,2",
-             sources_records=2000, profile_records=5000)
+             sources_records=2000, profile_records=5000,
+             shared_levels="1,4", shared_rows=200, shared_windows=2)
 FULL = dict(records=100_000, page_size=200, runs=5, warmup=1, rss_sizes="100000,1000000", rss_page_size=500,
             upsert_rows=100_000, upsert_existing=1_000_000, upsert_window=150,
             upsert_window_existing=2_000_000, backfill_days=365, backfill_records_per_day=150,
             backfill_modes="cli,direct,ranged", ranged_max_partitions="30,365", sources_levels="1,2,5,10,20",
-            sources_records=10_000, profile_records=50_000)
+            sources_records=10_000, profile_records=50_000,
+            shared_levels="1,4,16", shared_rows=2000, shared_windows=4)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,6 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--profile-contender", choices=("harvest", "dagster", "client"), default="harvest",
                    help="which contender to profile (default harvest)")
 
+    s.add_argument("--shared", action="store_true",
+                   help="embedded file vs shared catalogue (PostgreSQL, DuckLake): W concurrent writer processes")
+    s.add_argument("--shared-levels", help="comma list of W (default 1,4,16)")
+    s.add_argument("--shared-rows", type=int, help="rows per window (default 2,000)")
+    s.add_argument("--shared-windows", type=int, help="windows per writer (default 4: created, revised, created, revised)")
+    s.add_argument("--shared-kinds", default="embedded,postgres,ducklake", help="comma list (default embedded,postgres,ducklake)")
     o = p.add_argument_group("output and housekeeping")
     o.add_argument("--json", dest="json_path", help="also write every number to this JSON file")
     o.add_argument("--workdir", help="scratch folder (default: a new temp folder, removed at the end)")

@@ -57,11 +57,12 @@ def _text(value) -> str:
 
 def cmd_show(args: argparse.Namespace) -> int:
     from harvest_pipeline.store import connect, default_db_path
+    from harvest_pipeline.store.connection import catalogue_exists
     from harvest_pipeline.store.columns import DESCRIPTIVE_COLUMNS
     from harvest_pipeline.store.history import record_history, record_state
 
     db_path = default_db_path()
-    if not db_path.exists():
+    if not catalogue_exists(db_path):
         print(f"no catalogue at {db_path} yet (HARVEST_DUCKDB_PATH)", file=sys.stderr)
         return 1
     with connect(db_path, read_only=True, wait_seconds=30) as con:

@@ -19,6 +19,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from harvest_pipeline.http.redaction import redact_text
     from harvest_pipeline.sources import load_sources
     from harvest_pipeline.store import connect, default_db_path, ledger
+    from harvest_pipeline.store.connection import catalogue_exists
     from harvest_pipeline.store.staging import open_staging_files, staging_window_start, window_is_locked
     from harvest_pipeline.store.status import failing_windows, source_summary
 
@@ -27,7 +28,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     now = datetime.now(timezone.utc).replace(tzinfo=None)
     out = []
     staging = {s.id: {p: staging_window_start(p) for p in open_staging_files(db_path, s.id)} for s in sources}
-    if not db_path.exists():
+    if not catalogue_exists(db_path):
         summaries = [{"source_id": s.id, "watermark": None, "live": 0, "deleted": 0, "windows": {}, "last_run": None} for s in sources]
         failing = {s.id: [] for s in sources}
         ledger_rows = {}

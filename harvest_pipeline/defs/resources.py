@@ -1,21 +1,61 @@
-"""Resources: the catalogue's DuckDB file (dagster-duckdb's DuckDBResource)."""
+"""Resources: the catalogue, an embedded DuckDB file (dagster-duckdb's DuckDBResource) or shared.
+
+The shared catalogue (PostgreSQL, or DuckLake) is chosen by the environment, read through
+``dg.EnvVar`` so the PostgreSQL connection string never shows in the run's config.
+"""
 
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Optional
 
+import dagster as dg
 from dagster_duckdb import DuckDBResource
 
 from harvest_pipeline.store import default_db_path, ensure_schema
+from harvest_pipeline.store.backend import CatalogueSettings, catalogue_settings, open_shared
 from harvest_pipeline.store.connection import connection_config
 
+_ENV = {"catalogue": "HARVEST_CATALOGUE", "pg_dsn": "HARVEST_CATALOGUE_PG_DSN", "ducklake_data_path": "HARVEST_DUCKLAKE_DATA_PATH"}
 
-def catalogue_resource() -> DuckDBResource:
+
+class CatalogueResource(DuckDBResource):
+    """`database` is the local file (and beside it staging, spill and host locks); with
+    `catalogue` postgres or ducklake the records, ledger and state go to the shared catalogue."""
+
+    catalogue: str = "duckdb"
+    pg_dsn: Optional[str] = None
+    ducklake_data_path: Optional[str] = None
+
+    def settings(self) -> CatalogueSettings:
+        return catalogue_settings({
+            "HARVEST_CATALOGUE": self.catalogue, "HARVEST_CATALOGUE_PG_DSN": self.pg_dsn or "",
+            "HARVEST_DUCKLAKE_DATA_PATH": self.ducklake_data_path or "",
+        })
+
+    @contextmanager
+    def get_connection(self):
+        settings = self.settings()
+        if not settings.shared:
+            with super().get_connection() as con:
+                yield con
+            return
+        con = open_shared(settings, self.connection_config)
+        try:
+            yield con
+        finally:
+            con.close()
+
+
+def catalogue_resource() -> CatalogueResource:
     # HARVEST_DUCKDB_PATH (default data/harvest.duckdb), resolved once so every run of this
     # code location writes the same file whatever its working directory.
     path = default_db_path().resolve()
-    return DuckDBResource(database=str(path), connection_config=connection_config(path))
+    catalogue_settings()  # a wrong HARVEST_CATALOGUE fails here, when the definitions load, clearly
+    shared = {field: dg.EnvVar(var) for field, var in _ENV.items() if os.environ.get(var)}
+    return CatalogueResource(database=str(path), connection_config=connection_config(path), **shared)
 
 
 def catalogue_connector(resource: DuckDBResource):

@@ -26,7 +26,8 @@ from harvest_pipeline.harvest.rows import page_rows
 from harvest_pipeline.sources import SourceConfig
 from harvest_pipeline.sources.registry import TraversalLimits
 from harvest_pipeline.store import connect as store_connect
-from harvest_pipeline.store import ledger, transaction
+from harvest_pipeline.store import ledger
+from harvest_pipeline.store.backend import run_write
 from harvest_pipeline.store.merge import MergeCounts, merge_staging
 from harvest_pipeline.store.staging import StagingWindow, staging_path
 from harvest_pipeline.store.window_parts import PartLedger, part_staging_path
@@ -208,13 +209,17 @@ def harvest_window(
         overlap = timedelta(seconds=source.overlap_seconds)
         from_param, until_param = (None, None) if full else lister.bounds(window.start - overlap, window.end)
         request_key = _request_key(source, from_param, until_param)
-        with connect() as con, transaction(con):
+        def begin(con):
             ledger.record_identify(con, source.id, **described)
             known_quirks = ledger.get_quirks(con, source.id)
             book.begin_window(
                 con, source_id=source.id, window_start=window.start, window_end=window.end,
                 partition_key=window.key, run_id=run_id, from_param=from_param, until_param=until_param,
             )
+            return known_quirks
+
+        # A shared catalogue may refuse a write another worker's wrote across: run it again.
+        known_quirks = run_write(connect, begin, what=f"source {source.id}, window {window.key}: begin", log=log)
         lister.apply_quirks(known_quirks)
 
         cursor = staging.cursor()
@@ -254,7 +259,7 @@ def harvest_window(
         outside = staging.outside_window_count()
         staging.close()
 
-        with connect() as con, transaction(con):
+        def merge(con):
             counts = merge_staging(
                 con, staging.path, source_id=source.id, window_start=window.start, window_end=window.end,
                 run_id=run_id, attempt_id=cursor.attempt_id,
@@ -289,6 +294,11 @@ def harvest_window(
                 check_cursor="passed" if checks["cursor_closed"].passed else "failed",
                 response_date=cursor.response_date, warnings=warnings, retry_not_before=None,
             )
+            return counts, warnings, checks, status
+
+        counts, warnings, checks, status = run_write(
+            connect, merge, what=f"source {source.id}, window {window.key}: merge", log=log
+        )
         crashpoint("after-merge")
         staging.remove()
     except BaseException as exc:

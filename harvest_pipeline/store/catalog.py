@@ -29,7 +29,7 @@ def _columns(con: duckdb.DuckDBPyConnection, table: str) -> set[str]:
     return {
         r[0]
         for r in con.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_schema = 'main' AND table_name = ?",
+            "SELECT column_name FROM information_schema.columns WHERE table_catalog = current_database() AND table_schema = current_schema() AND table_name = ?",
             [table],
         ).fetchall()
     }

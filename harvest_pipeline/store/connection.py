@@ -25,6 +25,13 @@ def default_db_path() -> Path:
     return Path(os.environ.get("HARVEST_DUCKDB_PATH") or DEFAULT_DB_PATH)
 
 
+def catalogue_exists(path: str | Path | None = None) -> bool:
+    """Whether there is a catalogue to read: the file exists, or a shared catalogue is configured."""
+    from harvest_pipeline.store.backend import catalogue_settings
+
+    return catalogue_settings().shared or Path(path or default_db_path()).exists()
+
+
 def _is_lock_error(exc: Exception) -> bool:
     text = str(exc)
     return "lock" in text.lower() or "Conflicting" in text
@@ -127,10 +134,20 @@ def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConne
 
 @contextmanager
 def connect(path: str | Path | None = None, *, read_only: bool = False, wait_seconds: float = 120.0) -> Iterator[duckdb.DuckDBPyConnection]:
-    """Open the catalogue (schema ensured when writable), yield, and always close."""
+    """Open the catalogue (schema ensured when writable), yield, and always close.
+
+    The embedded file at `path`, or the shared catalogue when HARVEST_CATALOGUE says so
+    (:mod:`harvest_pipeline.store.backend`)."""
     from harvest_pipeline.store.schema import ensure_schema
 
-    con = open_with_retry(path or default_db_path(), read_only=read_only, wait_seconds=wait_seconds)
+    from harvest_pipeline.store.backend import catalogue_settings, open_shared
+
+    settings = catalogue_settings()
+    if settings.shared:
+        # Local folders (staging, spill, host locks) stay beside HARVEST_DUCKDB_PATH.
+        con = open_shared(settings, connection_config(path or default_db_path()), read_only=read_only)
+    else:
+        con = open_with_retry(path or default_db_path(), read_only=read_only, wait_seconds=wait_seconds)
     try:
         if not read_only:
             ensure_schema(con)

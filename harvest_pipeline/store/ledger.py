@@ -1,4 +1,8 @@
-"""The window ledger (`harvest_windows`) and per-source state (`source_state`, the watermark)."""
+"""The window ledger (`harvest_windows`) and per-source state (`source_state`, the watermark).
+
+Upserts are MERGE INTO on the key, not INSERT .. ON CONFLICT: the same statement then runs on the
+embedded file, on PostgreSQL and on DuckLake (which has no keys to conflict on).
+"""
 
 from __future__ import annotations
 
@@ -67,14 +71,21 @@ def begin_window(
 ) -> None:
     con.execute(
         """
-        INSERT INTO harvest_windows (source_id, window_start, window_end, partition_key, status, run_id,
-                                     attempts, from_param, until_param, started_at)
-        VALUES (?, ?, ?, ?, 'running', ?, 1, ?, ?, ?)
-        ON CONFLICT (source_id, window_start) DO UPDATE SET
+        MERGE INTO harvest_windows USING (
+            SELECT ?::VARCHAR AS source_id, ?::TIMESTAMP AS window_start, ?::TIMESTAMP AS window_end,
+                   ?::VARCHAR AS partition_key, ?::VARCHAR AS run_id, ?::VARCHAR AS from_param,
+                   ?::VARCHAR AS until_param, ?::TIMESTAMP AS started_at
+        ) AS excluded
+        ON harvest_windows.source_id = excluded.source_id AND harvest_windows.window_start = excluded.window_start
+        WHEN MATCHED THEN UPDATE SET
             window_end = excluded.window_end, partition_key = excluded.partition_key, status = 'running',
             run_id = excluded.run_id, attempts = harvest_windows.attempts + 1,
             from_param = excluded.from_param, until_param = excluded.until_param,
             started_at = excluded.started_at, finished_at = NULL, error = NULL, retry_not_before = NULL
+        WHEN NOT MATCHED THEN INSERT (source_id, window_start, window_end, partition_key, status, run_id,
+                                      attempts, from_param, until_param, started_at)
+            VALUES (excluded.source_id, excluded.window_start, excluded.window_end, excluded.partition_key,
+                    'running', excluded.run_id, 1, excluded.from_param, excluded.until_param, excluded.started_at)
         """,
         [source_id, to_naive_utc(window_start), to_naive_utc(window_end), partition_key, run_id, from_param, until_param, utcnow()],
     )
@@ -101,16 +112,25 @@ def _end_window(con, *, source_id: str, window, status: str, error: str, retry_n
     error = redact_text(error)  # no configured secret is ever stored, whatever the server echoed
     con.execute(
         """
-        INSERT INTO harvest_windows (source_id, window_start, window_end, partition_key, status, attempts,
-                                     error, started_at, finished_at, retry_not_before, response_date)
-        VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?)
-        ON CONFLICT (source_id, window_start) DO UPDATE SET
+        MERGE INTO harvest_windows USING (
+            SELECT ?::VARCHAR AS source_id, ?::TIMESTAMP AS window_start, ?::TIMESTAMP AS window_end,
+                   ?::VARCHAR AS partition_key, ?::VARCHAR AS status, ?::VARCHAR AS error,
+                   ?::TIMESTAMP AS started_at, ?::TIMESTAMP AS finished_at, ?::TIMESTAMP AS retry_not_before,
+                   ?::VARCHAR AS response_date
+        ) AS excluded
+        ON harvest_windows.source_id = excluded.source_id AND harvest_windows.window_start = excluded.window_start
+        WHEN MATCHED THEN UPDATE SET
             status = excluded.status, error = excluded.error, finished_at = excluded.finished_at,
             retry_not_before = excluded.retry_not_before,
             response_date = coalesce(excluded.response_date, harvest_windows.response_date),
             attempts = CASE WHEN harvest_windows.status = 'running' THEN harvest_windows.attempts
                             ELSE harvest_windows.attempts + 1 END,
             seconds = date_diff('millisecond', harvest_windows.started_at, excluded.finished_at) / 1000.0
+        WHEN NOT MATCHED THEN INSERT (source_id, window_start, window_end, partition_key, status, attempts,
+                                      error, started_at, finished_at, retry_not_before, response_date)
+            VALUES (excluded.source_id, excluded.window_start, excluded.window_end, excluded.partition_key,
+                    excluded.status, 1, excluded.error, excluded.started_at, excluded.finished_at,
+                    excluded.retry_not_before, excluded.response_date)
         """,
         [source_id, to_naive_utc(window.start), to_naive_utc(window.end), window.key, status, error[:4000],
          now, now, to_naive_utc(retry_not_before), response_date],
@@ -158,8 +178,12 @@ def get_watermark(con: duckdb.DuckDBPyConnection, source_id: str) -> datetime | 
 def set_watermark(con: duckdb.DuckDBPyConnection, source_id: str, watermark: datetime) -> None:
     con.execute(
         """
-        INSERT INTO source_state (source_id, watermark, updated_at) VALUES (?, ?, ?)
-        ON CONFLICT (source_id) DO UPDATE SET watermark = excluded.watermark, updated_at = excluded.updated_at
+        MERGE INTO source_state USING (
+            SELECT ?::VARCHAR AS source_id, ?::TIMESTAMP AS watermark, ?::TIMESTAMP AS updated_at
+        ) AS excluded ON source_state.source_id = excluded.source_id
+        WHEN MATCHED THEN UPDATE SET watermark = excluded.watermark, updated_at = excluded.updated_at
+        WHEN NOT MATCHED THEN INSERT (source_id, watermark, updated_at)
+            VALUES (excluded.source_id, excluded.watermark, excluded.updated_at)
         """,
         [source_id, to_naive_utc(watermark), utcnow()],
     )
@@ -168,11 +192,16 @@ def set_watermark(con: duckdb.DuckDBPyConnection, source_id: str, watermark: dat
 def record_identify(con: duckdb.DuckDBPyConnection, source_id: str, *, granularity: str, earliest_datestamp: str, deleted_record: str) -> None:
     con.execute(
         """
-        INSERT INTO source_state (source_id, granularity, earliest_datestamp, deleted_record, updated_at)
-        VALUES (?, ?, ?, ?, ?)
-        ON CONFLICT (source_id) DO UPDATE SET granularity = excluded.granularity,
+        MERGE INTO source_state USING (
+            SELECT ?::VARCHAR AS source_id, ?::VARCHAR AS granularity, ?::VARCHAR AS earliest_datestamp,
+                   ?::VARCHAR AS deleted_record, ?::TIMESTAMP AS updated_at
+        ) AS excluded ON source_state.source_id = excluded.source_id
+        WHEN MATCHED THEN UPDATE SET granularity = excluded.granularity,
             earliest_datestamp = excluded.earliest_datestamp, deleted_record = excluded.deleted_record,
             updated_at = excluded.updated_at
+        WHEN NOT MATCHED THEN INSERT (source_id, granularity, earliest_datestamp, deleted_record, updated_at)
+            VALUES (excluded.source_id, excluded.granularity, excluded.earliest_datestamp,
+                    excluded.deleted_record, excluded.updated_at)
         """,
         [source_id, granularity, earliest_datestamp, deleted_record, utcnow()],
     )

@@ -51,7 +51,8 @@ def _stored_value(column: str, alias: str) -> str:
 
 def _fingerprint(values: dict[str, str]) -> str:
     """SQL for one md5 over a row's stored values (NULL and empty kept apart)."""
-    parts = ", ".join(f"coalesce(CAST({expr} AS VARCHAR), '\x00')" for expr in values.values())
+    # chr(0), not a NUL inside the literal: duckdb 1.5's parser ends the statement at a NUL byte.
+    parts = ", ".join(f"coalesce(CAST({expr} AS VARCHAR), chr(0))" for expr in values.values())
     return f"md5(concat_ws(chr(31), {parts}))"
 
 
@@ -76,6 +77,8 @@ def merge_staging(
     their destination.
     """
     now = utcnow()
+    if con.execute("SELECT count(*) FROM duckdb_databases() WHERE database_name = 'stg'").fetchone()[0]:
+        con.execute("DETACH stg")  # an earlier merge's on this connection, its transaction over
     con.execute(f"ATTACH {_sql_literal_path(staging_file)} AS stg (READ_ONLY)")
     # No DETACH in a `finally`: after an error the transaction is aborted, a DETACH would fail
     # and hide the real error; the caller's connection is closed anyway.
@@ -83,7 +86,8 @@ def merge_staging(
         con, source_id=source_id, window_start=window_start, window_end=window_end,
         run_id=run_id, attempt_id=attempt_id, now=now,
     )
-    con.execute("DETACH stg")
+    # No DETACH here either: duckdb 1.5 refuses to detach, inside the transaction, a file it read,
+    # and the refusal aborts the transaction. The next merge on this connection (or close) detaches it.
     return counts
 
 

@@ -95,15 +95,16 @@ def compare(con: duckdb.DuckDBPyConnection, listing_file: Path, *, source_id: st
     A record written after the listing began is never missing: the harvest has just seen it, and
     the listing may have passed its position before it appeared upstream.
     """
+    if con.execute("SELECT count(*) FROM duckdb_databases() WHERE database_name = 'lst'").fetchone()[0]:
+        con.execute("DETACH lst")  # an earlier comparison's on this connection, its transaction over
+    # Not detached here: duckdb 1.5 refuses to detach, inside the transaction, a file it read, and
+    # the refusal aborts the transaction. The next comparison on this connection (or close) does.
     con.execute(f"ATTACH {_literal(listing_file)} AS lst (READ_ONLY)")
-    try:
-        con.execute(
-            "CREATE OR REPLACE TEMP TABLE reconcile_upstream AS"
-            " SELECT DISTINCT identifier FROM lst.upstream WHERE NOT deleted"
-        )
-        listed = con.execute("SELECT count(*) FROM lst.upstream").fetchone()[0]
-    finally:
-        con.execute("DETACH lst")
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE reconcile_upstream AS"
+        " SELECT DISTINCT identifier FROM lst.upstream WHERE NOT deleted"
+    )
+    listed = con.execute("SELECT count(*) FROM lst.upstream").fetchone()[0]
     con.execute(
         """
         CREATE OR REPLACE TEMP TABLE reconcile_missing AS

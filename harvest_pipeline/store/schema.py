@@ -9,9 +9,11 @@ with ``add_record_columns_sql(n)``). All timestamps are UTC, stored as TIMESTAMP
 from __future__ import annotations
 
 import threading
+import time
 
 import duckdb
 
+from harvest_pipeline.store.backend import EMBEDDED, ddl_for, dialect
 from harvest_pipeline.store.clock import utcnow
 from harvest_pipeline.store.columns import add_record_columns_sql, create_records_sql
 
@@ -206,25 +208,41 @@ _MIGRATING = threading.Lock()
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> int:
     """Apply the migrations this file has and the database lacks; return the schema version."""
     with _MIGRATING:
-        return _ensure_schema(con)
+        for attempt in range(5):
+            try:
+                return _ensure_schema(con)
+            except duckdb.Error:
+                # Workers starting together on a fresh shared catalogue race to create the same
+                # tables; the losers find them made on the next pass.
+                if attempt == 4 or dialect(con) == EMBEDDED:
+                    raise
+                time.sleep(0.1 * (attempt + 1))
+        raise AssertionError("unreachable")
 
 
 def _ensure_schema(con: duckdb.DuckDBPyConnection) -> int:
+    kind = dialect(con)
     con.execute(
-        "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TIMESTAMP NOT NULL)"
+        ddl_for(kind, "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TIMESTAMP NOT NULL)")
     )
-    have = {row[0] for row in con.execute("SELECT version FROM schema_migrations").fetchall()}
+    have = _applied(con)
     version = max(have, default=0)
     for number, sql in MIGRATIONS:
         if number in have:
             continue
         con.execute("BEGIN TRANSACTION")
         try:
-            con.execute(sql)
+            con.execute(ddl_for(kind, sql))
             con.execute("INSERT INTO schema_migrations VALUES (?, ?)", [number, utcnow()])
             con.execute("COMMIT")
         except Exception:
             con.execute("ROLLBACK")
-            raise
+            # A shared catalogue: another worker applied it at the same moment (its CREATE won).
+            if kind == EMBEDDED or number not in _applied(con):
+                raise
         version = number
     return version
+
+
+def _applied(con: duckdb.DuckDBPyConnection) -> set[int]:
+    return {row[0] for row in con.execute("SELECT version FROM schema_migrations").fetchall()}

@@ -47,10 +47,9 @@ CREATE TABLE IF NOT EXISTS window_cursor (
 
 # A staging file only appends pages and is thrown away after its merge, so its connection is
 # set for that: a small buffer pool (nothing is read back until the merge, which the catalogue's
-# connection does), no fsync per commit (a killed process loses nothing the OS already has; an
-# OS crash can only cost this disposable file, and a file that no longer opens is started over),
-# and checkpoints rarely (each one rewrites the pages already written).
-STAGING_SETTINGS = {"memory_limit": "64MB", "fsync_mode": "NONE", "checkpoint_threshold": "64MB", "threads": 1}
+# connection does) and checkpoints rarely (each one rewrites the pages already written). An OS
+# crash can only cost this disposable file: a file that no longer opens is started over.
+STAGING_SETTINGS = {"memory_limit": "64MB", "checkpoint_threshold": "64MB", "threads": 1}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,260 @@
+"""Which catalogue a process writes: the embedded DuckDB file (default) or a shared one.
+
+Chosen by environment variables, read here only (the Dagster resource passes the same values):
+
+* ``HARVEST_CATALOGUE``: ``duckdb`` (default: the file at ``HARVEST_DUCKDB_PATH``), ``postgres``
+  (the tables live in a PostgreSQL database, reached through DuckDB's postgres extension) or
+  ``ducklake`` (DuckLake: its catalog in PostgreSQL, its data as Parquet under a data path).
+* ``HARVEST_CATALOGUE_PG_DSN``: the PostgreSQL connection, libpq ``key=value`` or a
+  ``postgresql://`` URI. It may carry a password: it is never logged, and errors show it redacted.
+* ``HARVEST_DUCKLAKE_DATA_PATH``: DuckLake's Parquet folder (a local/shared folder or ``s3://``).
+
+Either shared kind runs the same SQL as the file (every statement in this package), in a DuckDB
+in-memory session with the shared catalogue attached as ``catalogue`` and made the default. The
+extensions come from the ``duckdb-extension-*`` wheels (installed from their bundled file, never
+downloaded), which exist for one duckdb version: that is why duckdb is pinned.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import random
+import re
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import duckdb
+
+from harvest_pipeline.errors import HarvestError
+
+EMBEDDED = "duckdb"
+POSTGRES = "postgres"
+DUCKLAKE = "ducklake"
+KINDS = (EMBEDDED, POSTGRES, DUCKLAKE)
+ATTACHED_AS = "catalogue"
+ATTACH_TRIES = 8
+
+_EXTENSION_PACKAGES = {
+    "postgres_scanner": "duckdb_extension_postgres_scanner",
+    "ducklake": "duckdb_extension_ducklake",
+}
+
+
+@dataclass(frozen=True)
+class CatalogueSettings:
+    kind: str = EMBEDDED
+    pg_dsn: str | None = None
+    data_path: str | None = None
+
+    @property
+    def shared(self) -> bool:
+        return self.kind != EMBEDDED
+
+    def describe(self) -> str:
+        """Where the catalogue is, for logs and errors (no password)."""
+        if not self.shared:
+            return "embedded DuckDB file"
+        where = redact_dsn(self.pg_dsn or "")
+        if self.kind == DUCKLAKE:
+            return f"DuckLake (catalog {where}, data {self.data_path})"
+        return f"PostgreSQL ({where})"
+
+
+def catalogue_settings(env: dict[str, str] | None = None) -> CatalogueSettings:
+    env = os.environ if env is None else env
+    kind = (env.get("HARVEST_CATALOGUE") or EMBEDDED).strip().lower()
+    if kind not in KINDS:
+        raise HarvestError(
+            f"HARVEST_CATALOGUE={kind!r} is not a catalogue kind",
+            hint=f"use one of {', '.join(KINDS)} (unset means {EMBEDDED})",
+        )
+    settings = CatalogueSettings(kind, env.get("HARVEST_CATALOGUE_PG_DSN") or None, env.get("HARVEST_DUCKLAKE_DATA_PATH") or None)
+    if settings.shared and not settings.pg_dsn:
+        raise HarvestError(
+            f"HARVEST_CATALOGUE={kind} needs HARVEST_CATALOGUE_PG_DSN",
+            hint="set it to the PostgreSQL connection, e.g. 'host=db.example.org dbname=harvest user=harvest'",
+        )
+    if kind == DUCKLAKE and not settings.data_path:
+        raise HarvestError(
+            "HARVEST_CATALOGUE=ducklake needs HARVEST_DUCKLAKE_DATA_PATH",
+            hint="set it to the folder (reachable by every worker) or s3:// URL for DuckLake's Parquet files",
+        )
+    return settings
+
+
+_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+_URI_PASSWORD = re.compile(r"(postgres(?:ql)?://[^:/@\s]*:)([^@\s]*)(@)", re.IGNORECASE)
+
+
+def redact_dsn(text: str) -> str:
+    """Text with every libpq/URI password replaced by ***."""
+    text = _PASSWORD.sub(r"\1***", text)
+    return _URI_PASSWORD.sub(r"\1***\3", text)
+
+
+def bundled_extension(name: str) -> Path:
+    """The extension file shipped in its PyPI wheel for the running duckdb version."""
+    package = _EXTENSION_PACKAGES[name]
+    spec = importlib.util.find_spec(package)
+    want = f"extensions/v{duckdb.__version__}/{name}.duckdb_extension"
+    if spec is None or not spec.submodule_search_locations:
+        raise HarvestError(
+            f"the DuckDB extension {name} is not installed (package {package.replace('_', '-')})",
+            hint=f"install the project again (pip install -e .): it pins duckdb and {package.replace('_', '-')} together",
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / want
+    if not path.exists():
+        raise HarvestError(
+            f"{package.replace('_', '-')} has no {want} for duckdb {duckdb.__version__}",
+            hint="duckdb and the extension wheels must be the same version; install the project's pins",
+        )
+    return path
+
+
+def _load(con: duckdb.DuckDBPyConnection, name: str) -> None:
+    path = str(bundled_extension(name)).replace("'", "''")
+    con.execute(f"INSTALL '{path}'")
+    con.execute(f"LOAD {name}")
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def open_shared(settings: CatalogueSettings, config: dict, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB session with the shared catalogue attached as the default database."""
+    error: duckdb.Error | None = None
+    for attempt in range(ATTACH_TRIES):
+        con = duckdb.connect(":memory:", config=config)
+        try:
+            _load(con, "postgres_scanner")
+            options = ["READ_ONLY"] if read_only else []
+            if settings.kind == DUCKLAKE:
+                _load(con, "ducklake")
+                options.append(f"DATA_PATH {_quote(settings.data_path)}")
+                target = f"ducklake:postgres:{settings.pg_dsn}"
+            else:
+                options.insert(0, "TYPE postgres")
+                target = settings.pg_dsn
+            con.execute(f"ATTACH {_quote(target)} AS {ATTACHED_AS} ({', '.join(options)})")
+            con.execute(f"USE {ATTACHED_AS}")
+            return con
+        except duckdb.Error as exc:
+            con.close()
+            error = exc
+            # Workers attaching a new DuckLake at the same moment race to create its metadata
+            # tables; the losers find them made a moment later. A wrong DSN fails every try.
+            if attempt + 1 < ATTACH_TRIES and not _is_auth_or_network(exc):
+                time.sleep(0.1 * (attempt + 1) * (0.5 + random.random()))
+                continue
+            break
+    raise HarvestError(
+        f"could not open the shared catalogue, {settings.describe()}: {redact_dsn(str(error))}",
+        hint="check HARVEST_CATALOGUE_PG_DSN (host, port, database, user), that PostgreSQL accepts this "
+        "machine, and for DuckLake that HARVEST_DUCKLAKE_DATA_PATH is reachable",
+    ) from None
+
+
+def _is_auth_or_network(exc: duckdb.Error) -> bool:
+    text = str(exc)
+    return any(m in text for m in ("password authentication", "does not exist", "Connection refused",
+                                   "could not translate host", "timeout expired", "no pg_hba.conf"))
+
+
+def dialect(con: duckdb.DuckDBPyConnection) -> str:
+    """The kind of the connection's default database: duckdb, postgres or ducklake."""
+    row = con.execute("SELECT type FROM duckdb_databases() WHERE database_name = current_database()").fetchone()
+    kind = (row[0] if row else EMBEDDED).lower()
+    return kind if kind in KINDS else EMBEDDED
+
+
+_PRIMARY_KEY_LINE = re.compile(r",(\s*--[^\n]*)?\s*\n\s*PRIMARY KEY\s*\([^)]*\)")
+_PRIMARY_KEY_COLUMN = re.compile(r"\s+PRIMARY KEY\b")
+
+
+def ddl_for(kind: str, sql: str) -> str:
+    """A migration's DDL as the backend takes it.
+
+    DuckLake has no primary keys (nor indexes): the keys are dropped, and every write to a keyed
+    table is an upsert on its key anyway (see ledger.py), so the meaning is kept.
+    """
+    if kind != DUCKLAKE:
+        return sql
+    return _PRIMARY_KEY_COLUMN.sub("", _PRIMARY_KEY_LINE.sub(r"\1", sql))
+
+
+# --- conflicts between writers ----------------------------------------------------------------
+# PostgreSQL (repeatable read, as DuckDB's postgres extension runs transactions) refuses an update
+# of a row another transaction changed since; DuckLake refuses at commit a transaction that writes
+# a table another one deleted from since. Both are safe to run again from the start.
+_CONFLICT_MARKERS = (
+    "could not serialize access",
+    "deadlock detected",
+    "Transaction conflict",
+    "duplicate key value violates unique constraint",
+    "Failed to commit DuckLake transaction",
+)
+
+MAX_CONFLICT_RETRIES = 12
+T = TypeVar("T")
+
+
+def is_write_conflict(exc: BaseException) -> bool:
+    return isinstance(exc, duckdb.Error) and any(m in str(exc) for m in _CONFLICT_MARKERS)
+
+
+@dataclass
+class ConflictLog:
+    """What the retries of one process cost (read by the benchmark)."""
+
+    conflicts: int = 0
+    retried_seconds: float = 0.0
+
+
+CONFLICTS = ConflictLog()
+
+
+def run_write(
+    connect: Callable[[], AbstractContextManager[duckdb.DuckDBPyConnection]],
+    body: Callable[[duckdb.DuckDBPyConnection], T],
+    *,
+    what: str,
+    log=None,
+    sleep=time.sleep,
+) -> T:
+    """Run ``body`` in one catalogue transaction; run it again when it lost a write conflict.
+
+    Bounded (MAX_CONFLICT_RETRIES, jittered exponential backoff from 50 ms, capped at 2 s), and each
+    retry is logged with what was being written. An embedded file never conflicts: one writer.
+    """
+    from harvest_pipeline.store.connection import transaction
+
+    delay = 0.05
+    for attempt in range(MAX_CONFLICT_RETRIES + 1):
+        started = time.monotonic()
+        try:
+            with connect() as con, transaction(con):
+                return body(con)
+        except duckdb.Error as exc:
+            if not is_write_conflict(exc) or attempt == MAX_CONFLICT_RETRIES:
+                if is_write_conflict(exc):
+                    raise HarvestError(
+                        f"{what}: lost {attempt + 1} write conflicts in a row on the shared catalogue: {exc}",
+                        hint="too many writers on the same rows; run the window again (nothing was written)",
+                    ) from exc
+                raise
+            CONFLICTS.conflicts += 1
+            CONFLICTS.retried_seconds += time.monotonic() - started
+            pause = delay * (0.5 + random.random())
+            if log is not None:
+                log.warning("%s: write conflict on the shared catalogue (%s), retry %d in %.2f s",
+                            what, str(exc).splitlines()[0][:200], attempt + 1, pause)
+            sleep(pause)
+            delay = min(delay * 2, 2.0)
+    raise AssertionError("unreachable")
+
