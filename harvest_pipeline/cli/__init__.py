@@ -12,7 +12,7 @@ from importlib import import_module
 
 from harvest_pipeline.errors import ConfigError, HarvestError
 
-COMMANDS = ("harvest", "status", "probe", "dev", "show")
+COMMANDS = ("harvest", "status", "probe", "dev", "show", "facts")
 
 
 def build_parser() -> argparse.ArgumentParser:

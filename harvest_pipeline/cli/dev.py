@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 
+from harvest_pipeline.cli.facts import refresh_for_dev
 from harvest_pipeline.home import ensure_dagster_home
 
 
@@ -46,6 +47,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
         "HARVEST_DEMO_URL": f"http://127.0.0.1:{args.demo_port}/oai",
         "HARVEST_DEMO_CSW_URL": f"http://127.0.0.1:{args.demo_port}/csw",
     }
+    refresh_for_dev(env, args.ui_host, args.ui_port)  # before Dagster loads: partitions from the start
     print(f"Dagster UI on http://127.0.0.1:{args.ui_port}  (DAGSTER_HOME={home})", flush=True)
     ui = subprocess.Popen(
         [sys.executable, "-m", "dagster", "dev", "-w", "workspace.yaml", "-h", args.ui_host, "-p", str(args.ui_port)],

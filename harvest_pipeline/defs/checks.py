@@ -36,3 +36,33 @@ def check_result(name: str, verdict: CheckVerdict) -> dg.AssetCheckResult:
         description=verdict.description,
         metadata={k: v for k, v in verdict.metadata.items() if v is not None},
     )
+
+
+def check_evaluation(asset_key: dg.AssetKey, name: str, verdict: CheckVerdict, partition_key: str) -> dg.AssetCheckEvaluation:
+    """One window's verdict inside a ranged run, stored by Dagster under that window's partition."""
+    return dg.AssetCheckEvaluation(
+        asset_key=asset_key,
+        check_name=name,
+        passed=verdict.passed,
+        severity=dg.AssetCheckSeverity.WARN if verdict.severity == "warn" else dg.AssetCheckSeverity.ERROR,
+        description=verdict.description,
+        metadata={k: v for k, v in verdict.metadata.items() if v is not None},
+        partition=partition_key,
+    )
+
+
+def range_summary(name: str, keys: list[str], failing: list[str], failed_windows: dict[str, str]) -> dg.AssetCheckResult:
+    """The run-level result Dagster expects once per declared check (stored without a partition)."""
+    passed = not failing and not failed_windows
+    if failing:
+        text = f"failed in {len(failing)} window(s): {', '.join(failing[:10])}"
+    elif failed_windows:
+        text = f"not evaluated for {len(failed_windows)} window(s) whose harvest failed: {', '.join(list(failed_windows)[:10])}"
+    else:
+        text = "passed in every window"
+    return dg.AssetCheckResult(
+        check_name=name,
+        passed=passed,
+        description=f"run of {len(keys)} windows {keys[0]}...{keys[-1]}: {text}. Each window's own result is under its partition.",
+        metadata={"windows": len(keys), "failing_windows": len(failing), "failed_harvests": len(failed_windows)},
+    )
