@@ -12,6 +12,7 @@ from harvest_pipeline.defs.checks import (
     check_evaluation,
     check_result,
     check_specs,
+    materialization_target,
     range_summary,
 )
 from harvest_pipeline.defs.partitions import closed_windows, partitions_for
@@ -123,7 +124,7 @@ class WindowRun:
         """Every window of a ranged run, each recorded per partition; fail at the end naming failures."""
         failed: dict[str, str] = {}
         failing_checks: dict[str, list[str]] = {name: [] for name in CHECK_DESCRIPTIONS}
-        recorder = EventRecorder(self.context)
+        recorder = EventRecorder(self.context, self.key)
         for n, partition_key in enumerate(keys, 1):
             try:
                 report = self.harvest(partition_key)
@@ -131,14 +132,10 @@ class WindowRun:
                 failed[partition_key] = _first_line(exc)
                 self.context.log.error(f"{self.source.id} {partition_key} ({n}/{len(keys)}): {exc}")
                 continue
-            events = [dg.AssetMaterialization(
-                asset_key=self.key, partition=partition_key, metadata=report_metadata(self.context, report),
-            )]
             for name, verdict in report.checks.items():
                 if not verdict.passed and verdict.severity == "error":
                     failing_checks.setdefault(name, []).append(partition_key)
-                events.append(check_evaluation(self.key, name, verdict, partition_key))
-            recorder.record(events)
+            recorder.record(partition_key, report_metadata(self.context, report), report.checks)
         recorder.close()
         self.advance_watermark()
         # Dagster wants each declared check once per run: a summary of the range (partition None).
@@ -177,23 +174,30 @@ class WindowRun:
 
 
 class EventRecorder:
-    """Writes a window's events to the instance in one worker thread, in order, while the next
-    window is harvested: each event is a few SQLite commits in Dagster's default storage, which
-    would otherwise be added to every window's time. close() waits for all of them."""
+    """Writes each window's materialization and check results to the instance in one worker
+    thread, in order, while the next window is harvested: each event is a few SQLite commits in
+    Dagster's default storage, which would otherwise be added to every window's time. close()
+    waits for all of them (and raises what failed)."""
 
-    def __init__(self, context):
+    def __init__(self, context, asset_key: dg.AssetKey):
         from concurrent.futures import ThreadPoolExecutor
 
-        self.context = context
+        self.context, self.key = context, asset_key
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="window-events")
         self.pending = []
 
-    def record(self, events: list) -> None:
-        self.pending.append(self.pool.submit(self._log, events))
+    def record(self, partition_key: str, metadata: dict, checks: dict) -> None:
+        self.pending.append(self.pool.submit(self._log, partition_key, metadata, checks))
 
-    def _log(self, events: list) -> None:
-        for event in events:
-            self.context.log_event(event)
+    def _log(self, partition_key: str, metadata: dict, checks: dict) -> None:
+        self.context.log_event(dg.AssetMaterialization(asset_key=self.key, partition=partition_key, metadata=metadata))
+        # Each result points at the window's materialization just stored, as Dagster's own results do.
+        latest = self.context.instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=self.key, asset_partitions=[partition_key]), limit=1,
+        ).records
+        target = materialization_target(latest[0]) if latest else None
+        for name, verdict in checks.items():
+            self.context.log_event(check_evaluation(self.key, name, verdict, partition_key, target))
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)

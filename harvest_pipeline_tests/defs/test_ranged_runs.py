@@ -71,6 +71,12 @@ def test_ranged_run_records_each_window_and_a_failing_window_does_not_stop_the_o
             # The failed window's checks stay planned in a failed run (the UI shows them as not
             # executed); every other window has its own passing result.
             assert checks[name] == {w.key: ("PLANNED" if w is broken else "SUCCEEDED") for w in windows}, name
+        # Each result targets its window's materialization, which is what the check's Partitions
+        # tab in the UI counts (an unlinked result shows there as missing).
+        infos = instance.event_log_storage.get_asset_check_partition_info([dg.AssetCheckKey(ASSET, "complete")])
+        linked = {i.partition_key for i in infos
+                  if i.partition_key and i.latest_target_materialization_storage_id is not None and i.is_current}
+        assert linked == {w.key for w in windows} - {broken.key}
         with connect(db_path) as con:
             statuses = {w.key: ledger.get_window(con, "demo", w.start.replace(tzinfo=None)).status for w in windows}
             watermark = ledger.get_watermark(con, "demo")
