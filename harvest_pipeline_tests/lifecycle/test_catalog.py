@@ -68,6 +68,7 @@ def test_catalog_asset_builds_view_stats_and_one_parquet_per_source(shared_demo,
 
 
 def test_sensor_refreshes_the_catalog_and_exports_whenever_the_catalogue_changes(shared_demo, db_path):
+    learn_facts(demo_source(shared_demo))
     defs = build_definitions([demo_source(shared_demo)])
     sensor = defs.resolve_sensor_def(CATALOG_SENSOR)
     assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
