@@ -120,3 +120,12 @@ def sources_file(tmp_path, monkeypatch):
         return path
 
     return write
+
+
+def learn_facts(*sources) -> None:
+    """Store the servers' facts, as `harvest-pipeline facts` does: definitions read them at load."""
+    from harvest_pipeline.harvest.server_facts import refresh_facts
+    from harvest_pipeline.store import default_db_path
+
+    for source in sources:
+        refresh_facts(source, default_db_path(), learned_by="test")

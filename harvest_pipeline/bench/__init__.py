@@ -62,11 +62,20 @@ Sections (each only when asked; ``--all`` = all of them), each with its own tabl
     Target: at most 2x the merge into an empty catalogue. ``--upsert-rows 0`` runs only this part.
 ``--backfill``
     ``--backfill-days`` (365) daily windows of ``--backfill-records-per-day`` (150) records,
-    ``--backfill-modes`` cli,direct,ranged: the CLI (``harvest-pipeline harvest``, one Dagster run
-    per window, HARVEST_* and DAGSTER_HOME in temp folders), harvest_window in a loop (no Dagster),
-    and the bench-only ranged prototype (``bench/ranged.py``: BackfillPolicy.multi_run with
-    ``--ranged-max-partitions`` 30,365, per-window materializations and check evaluations logged
-    per partition). Seconds, seconds per window, overhead per window. Target: < 5 min for 365.
+    ``--backfill-modes`` cli,direct: the CLI (``harvest-pipeline harvest``: ranged runs of
+    ``windows_per_run`` windows, ``--backfill-windows-per-run`` to change it; HARVEST_* and
+    DAGSTER_HOME in temp folders; the windows materialized and checked per partition are counted
+    in the instance afterwards) and harvest_window in a loop (no Dagster). Seconds, seconds per
+    window, overhead per window. Targets: < 5 min for 365; CLI <= 1.2x the direct loop.
+``--defs-load``
+    ``--defs-sources`` (200) sources pointing at a listening socket that counts connections;
+    ``--defs-runs`` (5) fresh-process loads of ``harvest_pipeline.definitions`` against a bare
+    ``import dagster``, interleaved. Targets: 0 connections per load; load <= 2x the bare import.
+``--daemon``
+    a latency-bound source (the demo's ``slow_ms`` = ``--daemon-delay-ms``, 800) of
+    ``--daemon-days`` (40) daily windows of about two ListRecords pages, brought up to date by
+    ``dagster dev`` (port ``--daemon-port``, 3390) with its sensor on, nobody touching the UI.
+    Wall time vs pages x delay. Target: <= 1.3x.
 ``--sources``
     ``--sources-levels`` (1,2,5,10,20) sources at once, each a separate process harvesting one
     window of ``--sources-records`` (10,000) from its own provider on its own loopback address,
@@ -87,5 +96,5 @@ compare medians from the same invocation, not across machines.
 
 Modules: ``__main__`` (CLI), ``spec`` (provider + window spec), ``contenders``, ``run_one`` (child),
 ``measure`` (children, median/min/max), ``report`` (tables, targets), ``*_section`` (extra
-sections), ``ranged`` + ``backfill_runner`` (the ranged-backfill prototype).
+sections), ``backfill_runner`` (the direct backfill's child process).
 """

@@ -13,20 +13,20 @@ from pathlib import Path
 
 from harvest_pipeline.bench.contenders import ORDER, parse_names
 
-SECTIONS = ("rss", "upsert", "backfill", "sources", "profile", "shared")
+SECTIONS = ("rss", "upsert", "backfill", "defs_load", "daemon", "sources", "profile", "shared")
 
 # --quick: tiny sizes everywhere, one run, no warm-up (a smoke run, not a measurement).
 QUICK = dict(records=2000, page_size=100, runs=1, warmup=0, rss_sizes="2000,20000", rss_page_size=500,
-             upsert_rows=5000, upsert_existing=20000, upsert_window=150, upsert_window_existing=20000, backfill_days=3, backfill_records_per_day=50,
-             backfill_modes="cli,direct,ranged", ranged_max_partitions="2", sources_levels="1,2",
-             sources_records=2000, profile_records=5000,
-             shared_levels="1,4", shared_rows=200, shared_windows=2)
+             upsert_rows=5000, upsert_existing=20000, upsert_window=150, upsert_window_existing=20000,
+             backfill_days=3, backfill_records_per_day=50, backfill_modes="cli,direct", sources_levels="1,2",
+             sources_records=2000, profile_records=5000, defs_sources=20, defs_runs=1, daemon_days=3,
+             daemon_delay_ms=100, shared_levels="1,4", shared_rows=200, shared_windows=2)
 FULL = dict(records=100_000, page_size=200, runs=5, warmup=1, rss_sizes="100000,1000000", rss_page_size=500,
-            upsert_rows=100_000, upsert_existing=1_000_000, upsert_window=150,
-            upsert_window_existing=2_000_000, backfill_days=365, backfill_records_per_day=150,
-            backfill_modes="cli,direct,ranged", ranged_max_partitions="30,365", sources_levels="1,2,5,10,20",
-            sources_records=10_000, profile_records=50_000,
-            shared_levels="1,4,16", shared_rows=2000, shared_windows=4)
+            upsert_rows=100_000, upsert_existing=1_000_000, upsert_window=150, upsert_window_existing=2_000_000,
+            backfill_days=365, backfill_records_per_day=150, backfill_modes="cli,direct",
+            sources_levels="1,2,5,10,20", sources_records=10_000, profile_records=50_000, defs_sources=200,
+            defs_runs=5, daemon_days=40, daemon_delay_ms=800, shared_levels="1,4,16", shared_rows=2000,
+            shared_windows=4)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,11 +62,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--backfill", action="store_true", help="wall time of a backfill of daily windows via Dagster")
     s.add_argument("--backfill-days", type=int, help="windows in the backfill (default 365)")
     s.add_argument("--backfill-records-per-day", type=int, help="records per daily window (default 150)")
-    s.add_argument("--backfill-modes", help="comma list of cli,direct,ranged (default all three)")
-    s.add_argument("--ranged-max-partitions",
-                   help="comma list of N for the ranged prototype's BackfillPolicy.multi_run(max_partitions_per_run=N)"
-                        " (default 30,365; 365 = one run for the whole backfill)")
+    s.add_argument("--backfill-modes", help="comma list of cli,direct (default both)")
+    s.add_argument("--backfill-windows-per-run", type=int,
+                   help="windows_per_run of the benchmark source for the cli mode (default: the source default, 30)")
     s.add_argument("--backfill-runs", type=int, default=1, help="runs per backfill mode (default 1)")
+    s.add_argument("--defs-load", dest="defs_load", action="store_true",
+                   help="load the definitions of many sources: HTTP requests per load, time vs a bare `import dagster`")
+    s.add_argument("--defs-sources", type=int, help="sources in the definitions (default 200)")
+    s.add_argument("--defs-runs", type=int, help="loads measured, each in a fresh process (default 5)")
+    s.add_argument("--daemon", action="store_true",
+                   help="a latency-bound source brought up to date by `dagster dev` alone (sensor on)")
+    s.add_argument("--daemon-days", type=int, help="closed daily windows to catch up (default 40)")
+    s.add_argument("--daemon-delay-ms", type=int, help="the demo's delay before every OAI-PMH response (default 800)")
+    s.add_argument("--daemon-port", type=int, default=3390, help="UI port of the `dagster dev` it starts (default 3390)")
     s.add_argument("--sources", action="store_true", help="N sources harvested at once as separate processes")
     s.add_argument("--sources-levels", help="comma list of N (default 1,2,5,10,20)")
     s.add_argument("--sources-records", type=int, help="records per source window (default 10,000; 20 children x ~0.5 GB each)")

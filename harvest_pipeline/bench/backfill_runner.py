@@ -1,7 +1,6 @@
-"""Child process of the --backfill section: one whole backfill, direct or ranged.
+"""Child process of the --backfill section: the whole backfill with harvest_window in a loop.
 
-    python -m harvest_pipeline.bench.backfill_runner direct|ranged --spec SPEC.json --workdir DIR
-        [--max-partitions N]
+    python -m harvest_pipeline.bench.backfill_runner direct --spec SPEC.json --workdir DIR
 
 The spec's ``extra`` holds ``first_day`` and ``last_day``. Prints ``BENCH_RESULT {json}``.
 """
@@ -46,70 +45,21 @@ def direct(spec, workdir: Path) -> dict:
     return {"wall_s": time.perf_counter() - t, "failed": failed, "db": str(db)}
 
 
-def ranged(spec, workdir: Path, max_partitions: int) -> dict:
-    os.environ["HARVEST_DUCKDB_PATH"] = str(workdir / "data" / "harvest.duckdb")
-    home = workdir / "dagster_home"
-    home.mkdir(parents=True, exist_ok=True)
-    t_setup = time.perf_counter()
-    import dagster as dg
-
-    from harvest_pipeline.bench.ranged import (
-        RANGE_TAGS,
-        build_ranged_definitions,
-        per_partition_check_status,
-        ranges,
-    )
-
-    start = datetime.fromisoformat(spec.extra["first_day"]).replace(tzinfo=UTC)
-    source = spec.source_config(start=start)
-    defs = build_ranged_definitions(source, start, max_partitions)
-    job = defs.resolve_job_def(f"harvest_{source.id}_ranged")
-    asset = defs.resolve_assets_def(dg.AssetKey(["harvest", source.id]))
-    keys = [k for k in asset.partitions_def.get_partition_keys()
-            if spec.extra["first_day"] <= k <= spec.extra["last_day"]]
-    instance = dg.DagsterInstance.local_temp(tempdir=str(home))
-    setup_s = time.perf_counter() - t_setup
-    t = time.perf_counter()
-    failed_runs = 0
-    launched = ranges(keys, max_partitions)
-    for lo, hi in launched:
-        result = job.execute_in_process(
-            instance=instance, raise_on_error=False, tags=dict(zip(RANGE_TAGS, (lo, hi))),
-            run_config={"loggers": {"console": {"config": {"log_level": "ERROR"}}}},
-        )
-        failed_runs += 0 if result.success else 1
-    wall = time.perf_counter() - t
-    status = per_partition_check_status(instance, asset.key)
-    per_window = {name: {p: s for p, s in by.items() if p != "None"} for name, by in status.items()}
-    visible = min((sum(1 for p in by if p in keys) for by in per_window.values()), default=0)
-    summaries = sum(1 for by in status.values() if "None" in by)
-    mats = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=asset.key), limit=len(keys) + 10)
-    instance.dispose()
-    return {
-        "wall_s": wall, "setup_s": setup_s, "runs_launched": len(launched), "failed_runs": failed_runs,
-        "checks_visible": f"{visible}/{len(keys)} partitions x {len(per_window)} checks"
-                          + (" (+ a partition=None run summary per check)" if summaries else ""),
-        "materializations": len({r.partition_key for r in mats.records}),
-        "db": os.environ["HARVEST_DUCKDB_PATH"],
-    }
-
-
 def main(argv: list[str] | None = None) -> int:
     from harvest_pipeline.bench.backfill_section import ledger_totals
     from harvest_pipeline.bench.spec import BenchSpec
 
     p = argparse.ArgumentParser(prog="python -m harvest_pipeline.bench.backfill_runner")
-    p.add_argument("mode", choices=("direct", "ranged"))
+    p.add_argument("mode", choices=("direct",))
     p.add_argument("--spec", required=True)
     p.add_argument("--workdir", required=True)
-    p.add_argument("--max-partitions", type=int, default=30)
     args = p.parse_args(argv)
     spec = BenchSpec.read(args.spec)
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     out: dict = {"mode": args.mode}
     try:
-        out.update(direct(spec, workdir) if args.mode == "direct" else ranged(spec, workdir, args.max_partitions))
+        out.update(direct(spec, workdir))
         out.update(ledger_totals(Path(out["db"]), spec.source_id))
     except Exception as exc:  # noqa: BLE001
         import traceback

@@ -122,6 +122,9 @@ def targets(summaries: dict[str, Summary], sections: dict) -> list[Target]:
         out.append(Target(**backfill["target"]))
     else:
         out.append(Target("365-window backfill < 5 min", "n/a", "run with --backfill"))
+    for section in sections.values():  # sections with more than one target list them here
+        for item in (section or {}).get("targets", []) if isinstance(section, dict) else []:
+            out.append(Target(**item))
     conc = sections.get("sources")
     if conc and conc.get("target"):
         out.append(Target(**conc["target"]))

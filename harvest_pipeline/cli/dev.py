@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from harvest_pipeline.cli.facts import refresh_for_dev
 from harvest_pipeline.home import ensure_dagster_home
 from harvest_pipeline.sources.registry import sources_file_path
 from harvest_pipeline.store.connection import default_db_path
@@ -84,6 +85,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
             "HARVEST_DEMO_URL": f"http://127.0.0.1:{args.demo_port}/oai",
             "HARVEST_DEMO_CSW_URL": f"http://127.0.0.1:{args.demo_port}/csw",
         }
+        refresh_for_dev(env, args.ui_host, args.ui_port)  # before Dagster loads: partitions from the start
         print(f"Dagster UI on http://127.0.0.1:{args.ui_port}  (DAGSTER_HOME={home})", flush=True)
         # `dg dev` with the workspace file that pins the code location's name, started in
         # DAGSTER_HOME: Dagster then reads the instance config there and does not warn that the

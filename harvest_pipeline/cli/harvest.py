@@ -32,8 +32,9 @@ def cmd_harvest(args: argparse.Namespace) -> int:
     import dagster as dg
 
     from harvest_pipeline.defs.factory import build_definitions, job_name
-    from harvest_pipeline.defs.sensors import SOURCE_TAG
+    from harvest_pipeline.defs.partitions import closed_windows
     from harvest_pipeline.harvest.progress import subscribe
+    from harvest_pipeline.harvest.watermark import launch_ranges
     from harvest_pipeline.sources import load_sources
     from harvest_pipeline.store import connect, ledger
 
@@ -47,29 +48,34 @@ def cmd_harvest(args: argparse.Namespace) -> int:
     if args.full and args.identifiers:
         print("--full and --identifier are separate runs; give one of them", file=sys.stderr)
         return 2
-    defs = build_definitions([sources[args.source]])
+    source = sources[args.source]
+    if not args.full and not args.identifiers and not _facts_ready(source):
+        return 1
+    defs = build_definitions([source])
     if args.full:
         return _run_full(defs, args.source)
     if args.identifiers:
         return _run_selected(defs, args.source, args.identifiers)
     job = defs.resolve_job_def(job_name(args.source))
     partitions_def = job.partitions_def
-    keys = partitions_def.get_partition_keys(current_time=datetime.now(timezone.utc))
+    now = datetime.now(timezone.utc)
+    windows = closed_windows(partitions_def, now)
     start_from = args.from_
     if start_from is None:
         with connect(read_only=False) as con:
             start_from = ledger.get_watermark(con, args.source)
         start_from = start_from.replace(tzinfo=timezone.utc) if start_from else None
     selected = []
-    for key in keys:
-        tw = partitions_def.time_window_for_partition_key(key)
-        if start_from is not None and tw.start < start_from:
+    for key, start, _end in windows:
+        start = start.replace(tzinfo=timezone.utc)
+        if start_from is not None and start < start_from:
             continue
-        if args.until is not None and tw.start > args.until:
+        if args.until is not None and start > args.until:
             continue
         selected.append(key)
     if not selected:
-        print(f"{args.source}: no closed window in that range (windows so far: {keys[:1]}..{keys[-1:]})")
+        first_last = f"{windows[0][0]}..{windows[-1][0]}" if windows else "none yet"
+        print(f"{args.source}: no closed window in that range (windows so far: {first_last})")
         return 0
 
     interactive = sys.stdout.isatty()
@@ -80,44 +86,38 @@ def cmd_harvest(args: argparse.Namespace) -> int:
         if interactive:
             print("\r" + line.ljust(78), end="", flush=True)
 
+    ranges = launch_ranges(windows, selected, source.windows_per_run)
     unsubscribe = subscribe(show)
     instance = dg.DagsterInstance.get()
     failures = 0
+    done = 0
     totals = {"records": 0, "upserts": 0, "deletions": 0}
-    print(f"{args.source}: harvesting {len(selected)} window(s) {selected[0]} .. {selected[-1]} (runs recorded in {os.environ['DAGSTER_HOME']})")
+    print(
+        f"{args.source}: harvesting {len(selected)} window(s) {selected[0]} .. {selected[-1]} in {len(ranges)} run(s) "
+        f"of up to {source.windows_per_run} (runs recorded in {os.environ['DAGSTER_HOME']})"
+    )
     try:
-        for i, key in enumerate(selected, 1):
+        for first, last in ranges:
+            keys = selected[selected.index(first): selected.index(last) + 1]
             result = job.execute_in_process(
-                partition_key=key,
                 instance=instance,
                 raise_on_error=False,
-                tags={SOURCE_TAG: args.source},
+                **_run_target(args.source, first, last),
                 # Our own progress lines replace Dagster's per-event console log; the events
                 # still go to the instance, so the UI shows every run in full.
-                run_config={"loggers": {"console": {"config": {"log_level": "ERROR"}}}},
+                run_config=QUIET,
             )
             if interactive:
                 print("\r" + " " * 78 + "\r", end="")
-            meta = {}
-            for event in result.get_asset_materialization_events():
-                meta = {k: v.value for k, v in event.materialization.metadata.items()}
-            checks = result.get_asset_check_evaluations()
-            bad = [c.check_name for c in checks if not c.passed and c.severity == dg.AssetCheckSeverity.ERROR]
-            warn = [c.check_name for c in checks if not c.passed and c.severity == dg.AssetCheckSeverity.WARN]
-            if not result.success or bad:
-                failures += 1
-            for k in totals:
-                totals[k] += int(meta.get(k, 0) or 0)
-            if result.success:
-                verdict = "FAILED CHECKS " + ",".join(bad) if bad else ("UNPROVEN " + ",".join(warn) if warn else "verified")
-                size = meta.get("completeListSize")
-                of_size = f"of completeListSize {size}" if size is not None else "(server gave no completeListSize)"
-                print(
-                    f"[{i}/{len(selected)}] {key}: {meta.get('records', 0)} records {of_size}, {meta.get('upserts', 0)} upserts, "
-                    f"{meta.get('deletions', 0)} deletions, {meta.get('pages', 0)} pages: {verdict}"
-                )
-            else:
-                print(f"[{i}/{len(selected)}] {key}: FAILED: {failure_cause(result)}  (run {result.run_id})")
+            outcomes = window_outcomes(result, keys)
+            for key, outcome in outcomes.items():
+                done += 1
+                failures += 0 if outcome.ok else 1
+                for k in totals:
+                    totals[k] += int(outcome.metadata.get(k, 0) or 0)
+                print(f"[{done}/{len(selected)}] {key}: {outcome.line}", flush=True)
+            if not all(o.ok for o in outcomes.values()):
+                print(f"  (run {result.run_id})")
     finally:
         unsubscribe()
     watermark = _advance_watermark(args.source, partitions_def)
@@ -128,19 +128,94 @@ def cmd_harvest(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
-def _advance_watermark(source_id: str, partitions_def):
-    """Apply the sensor's watermark rule now, so `status` reflects what this command verified."""
-    from harvest_pipeline.defs.sensors import closed_windows
-    from harvest_pipeline.harvest.watermark import advance
-    from harvest_pipeline.store import connect, ledger
+def _facts_ready(source) -> bool:
+    """A source's first harvest learns its server facts before its partitions are built."""
+    from harvest_pipeline.harvest.server_facts import read_facts, refresh_facts
+    from harvest_pipeline.store import default_db_path
 
-    with connect() as con:
-        rows = {r.window_start: r for r in ledger.list_windows(con, source_id)}
-        current = ledger.get_watermark(con, source_id)
-        new = advance(closed_windows(partitions_def, datetime.now(timezone.utc)), rows, current)
-        if new is not None and new != current:
-            ledger.set_watermark(con, source_id, new)
-    return new
+    if source.start is not None or read_facts(source, default_db_path()) is not None:
+        return True
+    try:
+        facts, _ = refresh_facts(source, default_db_path(), learned_by="harvest-pipeline harvest (first harvest)")
+    except Exception as exc:  # noqa: BLE001 - the server's own error says what is wrong
+        print(f"{source.id}: cannot ask the server where its records begin: {exc}", file=sys.stderr)
+        return False
+    if not facts.partitions_start:
+        print(f"{source.id}: the server does not say when its records begin; set `start:` for it in the sources file",
+              file=sys.stderr)
+        return False
+    print(f"{source.id}: server facts learned (earliest {facts.earliest_datestamp}, granularity {facts.granularity})")
+    return True
+
+
+def _run_target(source_id: str, first: str, last: str) -> dict:
+    """execute_in_process arguments for one window, or a ranged run of first..last."""
+    from harvest_pipeline.defs.sensors import SOURCE_TAG, range_tags
+
+    if first == last:
+        return {"partition_key": first, "tags": {SOURCE_TAG: source_id}}
+    return {"tags": {SOURCE_TAG: source_id, **range_tags(first, last)}}
+
+
+class WindowOutcome:
+    def __init__(self, ok: bool, line: str, metadata: dict):
+        self.ok, self.line, self.metadata = ok, line, metadata
+
+
+def window_outcomes(result, keys: list[str]) -> dict[str, WindowOutcome]:
+    """Each window's result line from a run: its materialization and its checks, or why it failed."""
+    import dagster as dg
+
+    single = len(keys) == 1
+    meta_by_key: dict[str, dict] = {}
+    for event in result.get_asset_materialization_events():
+        mat = event.materialization
+        meta_by_key[mat.partition or keys[0]] = {k: v.value for k, v in mat.metadata.items()}
+    checks_by_key: dict[str, list] = {}
+    for c in result.get_asset_check_evaluations():
+        if c.partition is None and not single:
+            continue  # the run's summary of the range; each window has its own
+        checks_by_key.setdefault(c.partition or keys[0], []).append(c)
+    out = {}
+    for key in keys:
+        meta = meta_by_key.get(key)
+        if meta is None:
+            out[key] = WindowOutcome(False, f"FAILED: {window_failure_message(result, key)}", {})
+            continue
+        checks = checks_by_key.get(key, [])
+        bad = [c.check_name for c in checks if not c.passed and c.severity == dg.AssetCheckSeverity.ERROR]
+        warn = [c.check_name for c in checks if not c.passed and c.severity == dg.AssetCheckSeverity.WARN]
+        verdict = "FAILED CHECKS " + ",".join(bad) if bad else ("UNPROVEN " + ",".join(warn) if warn else "verified")
+        size = meta.get("completeListSize")
+        of_size = f"of completeListSize {size}" if size is not None else "(server gave no completeListSize)"
+        line = (
+            f"{meta.get('records', 0)} records {of_size}, {meta.get('upserts', 0)} upserts, "
+            f"{meta.get('deletions', 0)} deletions, {meta.get('pages', 0)} pages: {verdict}"
+        )
+        out[key] = WindowOutcome(not bad, line, meta)
+    return out
+
+
+def window_failure_message(result, key: str) -> str:
+    """Why one window of a run failed (the ranged run's Failure names each failed window)."""
+    for event in result.all_events:
+        if not event.is_step_failure:
+            continue
+        data = event.step_failure_data
+        failed = (data.user_failure_data.metadata.get("failed_windows") if data.user_failure_data else None)
+        if failed is not None and key in failed.value:
+            return failed.value[key]
+    return failure_cause(result)
+
+
+def _advance_watermark(source_id: str, partitions_def):
+    """Apply the watermark rule now (the runs did too), so `status` reflects what this command verified."""
+    from harvest_pipeline.defs.partitions import closed_windows
+    from harvest_pipeline.harvest.watermark import advance_stored
+    from harvest_pipeline.store import connect, transaction
+
+    with connect() as con, transaction(con):
+        return advance_stored(con, source_id, closed_windows(partitions_def, datetime.now(timezone.utc)))
 
 
 # Our own lines replace Dagster's per-event console log; the events still go to the instance.

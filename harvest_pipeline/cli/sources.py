@@ -86,6 +86,11 @@ def cmd_add(args: argparse.Namespace) -> int:
         print("(dry run: nothing written)")
         return 0
     add_source(entry, note=facts.name, path=path)
+    from harvest_pipeline.harvest.server_facts import learn_new_source
+    from harvest_pipeline.store import default_db_path
+
+    if learn_new_source(args.id, default_db_path(), learned_by="harvest-pipeline sources add") is None:
+        print(f"{args.id}: server facts not stored yet; its sensor (or `harvest-pipeline facts {args.id}`) learns them")
     print(f"Added to {path}. Reload the code location in the UI (Deployment -> Reload) to see harvest/{args.id}.")
     return 0
 

@@ -1,18 +1,30 @@
 """The window asset factory: one `harvest/<source_id>` asset per source, partitioned by window."""
 
 
-from datetime import datetime
+import warnings
+from datetime import datetime, timezone
 
 import dagster as dg
 from dagster_duckdb import DuckDBResource
 
-from harvest_pipeline.defs.checks import check_result, check_specs
-from harvest_pipeline.defs.partitions import partitions_for
+from harvest_pipeline.defs.checks import (
+    CHECK_DESCRIPTIONS,
+    check_evaluation,
+    check_result,
+    check_specs,
+    materialization_target,
+    range_summary,
+)
+from harvest_pipeline.defs.partitions import closed_windows, partitions_for
 from harvest_pipeline.defs.report import progress_logger, report_metadata
 from harvest_pipeline.defs.resources import catalogue_connector, catalogue_path
-from harvest_pipeline.errors import DeferredError
-from harvest_pipeline.harvest import Window, harvest_partition
+from harvest_pipeline.errors import DeferredError, HarvestError
+from harvest_pipeline.harvest import Window, WindowReport, harvest_partition
+from harvest_pipeline.harvest.listers import lister_for
+from harvest_pipeline.harvest.server_facts import describe_server, read_facts, remember
+from harvest_pipeline.harvest.watermark import advance_stored
 from harvest_pipeline.sources import SourceConfig
+from harvest_pipeline.store import transaction
 
 
 def asset_key_for(source_id: str) -> dg.AssetKey:
@@ -41,7 +53,8 @@ def window_asset_description(source: SourceConfig, start_note: str) -> str:
     """What the asset is (the first line is what the asset catalog shows) and where to look next."""
     return (
         f"Harvests {source.id}: {_what(source)}, one {source.window} window per partition, upserted into "
-        f"the DuckDB catalogue.\n\n"
+        f"the DuckDB catalogue, up to {source.windows_per_run} windows per run (`windows_per_run`), each "
+        "with its own materialization and checks.\n\n"
         f"- **Partitions** tab: one per closed {source.window} window (first window: {start_note}). Select "
         "windows and *Materialize* to harvest them again; a range is typed with brackets, "
         "`[first...last]`.\n"
@@ -59,29 +72,62 @@ def build_window_asset(source: SourceConfig, start: datetime, start_note: str) -
     key = asset_key_for(source.id)
     partitions_def = partitions_for(source, start)
 
-    @dg.asset(
-        key=key,
-        partitions_def=partitions_def,
-        check_specs=check_specs(key, partitions_def),
-        pool=pool_for(source.id),
-        group_name="harvest",
-        kinds={"duckdb", "csw" if source.protocol == "csw" else "oaipmh"},
-        tags={"harvest/protocol": source.protocol},
-        description=window_asset_description(source, start_note),
-        metadata={"source_url": dg.MetadataValue.url(source.url), "window": source.window},
-    )
-    def window_asset(context: dg.AssetExecutionContext, duckdb: DuckDBResource):
-        time_window = context.partition_time_window
-        window = Window(time_window.start, time_window.end, context.partition_key)
+    # BackfillPolicy is a beta parameter of @asset in 1.13 (it works as documented: checked here).
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        decorate = dg.asset(
+            key=key,
+            partitions_def=partitions_def,
+            check_specs=check_specs(key, partitions_def),
+            pool=pool_for(source.id),
+            # A UI backfill (and the sensor) runs up to `windows_per_run` windows per run, one after
+            # another; each window still gets its own materialization and check results.
+            backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=source.windows_per_run),
+            output_required=False,
+            group_name="harvest",
+            kinds={"duckdb", "csw" if source.protocol == "csw" else "oaipmh"},
+            tags={"harvest/protocol": source.protocol},
+            description=window_asset_description(source, start_note),
+            metadata={"source_url": dg.MetadataValue.url(source.url), "window": source.window},
+        )
 
+    def window_asset(context: dg.AssetExecutionContext, duckdb: DuckDBResource):
+        run = WindowRun(context, source, key, partitions_def, duckdb)
+        keys = list(context.partition_keys)
+        if len(keys) == 1:
+            # One window per run, as before ranged runs: its events carry the run's partition.
+            report = run.harvest(keys[0])
+            yield dg.MaterializeResult(metadata=report_metadata(context, report))
+            for name, verdict in report.checks.items():
+                yield check_result(name, verdict)
+            run.advance_watermark()
+            return
+        yield from run.harvest_range(keys)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        return decorate(window_asset)
+
+
+class WindowRun:
+    """The windows of one run: harvested one after another with one lister (one Identify per run)."""
+
+    def __init__(self, context, source: SourceConfig, key: dg.AssetKey, partitions_def, duckdb: DuckDBResource):
+        self.context, self.source, self.key, self.partitions_def = context, source, key, partitions_def
+        self.db_path = catalogue_path(duckdb)
+        self.connect = catalogue_connector(duckdb)
+        self.lister = lister_for(source, state_dir=self.db_path.parent / "hosts")
+        self.progress = progress_logger(context, source.id)
+        self._facts_checked = False
+
+    def harvest(self, partition_key: str) -> WindowReport:
+        """One window; raises as harvest_window does (a deferral becomes a Failure without retries)."""
+        tw = self.partitions_def.time_window_for_partition_key(partition_key)
+        self._remember_facts_once()
         try:
-            report = harvest_partition(
-                source,
-                window,
-                run_id=context.run.run_id,
-                db_path=catalogue_path(duckdb),
-                connect=catalogue_connector(duckdb),
-                progress=progress_logger(context, source.id),
+            return harvest_partition(
+                self.source, Window(tw.start, tw.end, partition_key), run_id=self.context.run.run_id,
+                db_path=self.db_path, connect=self.connect, lister=self.lister, progress=self.progress,
             )
         except DeferredError as exc:
             # Not a verdict on the window: the sensor launches it again after the server's delay.
@@ -90,8 +136,92 @@ def build_window_asset(source: SourceConfig, start: datetime, start_note: str) -
                 metadata={"retry_after_seconds": round(exc.retry_after_seconds, 1)},
                 allow_retries=False,
             ) from None
-        yield dg.MaterializeResult(metadata=report_metadata(context, report))
-        for name, verdict in report.checks.items():
-            yield check_result(name, verdict)
 
-    return window_asset
+    def harvest_range(self, keys: list[str]):
+        """Every window of a ranged run, each recorded per partition; fail at the end naming failures."""
+        failed: dict[str, str] = {}
+        failing_checks: dict[str, list[str]] = {name: [] for name in CHECK_DESCRIPTIONS}
+        recorder = EventRecorder(self.context, self.key)
+        for n, partition_key in enumerate(keys, 1):
+            try:
+                report = self.harvest(partition_key)
+            except Exception as exc:  # noqa: BLE001 - the ledger has it; the other windows still run
+                failed[partition_key] = _first_line(exc)
+                self.context.log.error(f"{self.source.id} {partition_key} ({n}/{len(keys)}): {exc}")
+                continue
+            for name, verdict in report.checks.items():
+                if not verdict.passed and verdict.severity == "error":
+                    failing_checks.setdefault(name, []).append(partition_key)
+            recorder.record(partition_key, report_metadata(self.context, report), report.checks)
+        recorder.close()
+        self.advance_watermark()
+        # Dagster wants each declared check once per run: a summary of the range (partition None).
+        for name, bad in failing_checks.items():
+            yield range_summary(name, keys, bad, failed)
+        if failed:
+            shown = "; ".join(f"{k}: {why}" for k, why in list(failed.items())[:10])
+            raise dg.Failure(
+                description=f"{len(failed)} of {len(keys)} windows failed ({shown}"
+                f"{'; ...' if len(failed) > 10 else ''}). The other windows are recorded; the sensor "
+                "retries the failed ones alone, with backoff.",
+                metadata={"failed_windows": dg.MetadataValue.json(failed)},
+                allow_retries=False,
+            )
+
+    def advance_watermark(self) -> None:
+        windows = closed_windows(self.partitions_def, datetime.now(timezone.utc))
+        try:
+            with self.connect() as con, transaction(con):
+                advance_stored(con, self.source.id, windows)
+        except HarvestError as exc:  # locked: the next run, the CLI or status catches up
+            self.context.log.warning(f"{self.source.id}: watermark not advanced this time: {exc}")
+
+    def _remember_facts_once(self) -> None:
+        """A source's first harvest stores its server facts (a refresh updates them later)."""
+        if self._facts_checked:
+            return
+        self._facts_checked = True
+        if read_facts(self.source, self.db_path) is not None:
+            return
+        try:
+            remember(self.source, self.db_path, describe_server(self.source, lister=self.lister),
+                     learned_by=f"first harvest (run {self.context.run.run_id[:8]})")
+        except Exception as exc:  # noqa: BLE001 - the window itself reports the server's error
+            self.context.log.warning(f"{self.source.id}: server facts not learned: {_first_line(exc)}")
+
+
+class EventRecorder:
+    """Writes each window's materialization and check results to the instance in one worker
+    thread, in order, while the next window is harvested: each event is a few SQLite commits in
+    Dagster's default storage, which would otherwise be added to every window's time. close()
+    waits for all of them (and raises what failed)."""
+
+    def __init__(self, context, asset_key: dg.AssetKey):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.context, self.key = context, asset_key
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="window-events")
+        self.pending = []
+
+    def record(self, partition_key: str, metadata: dict, checks: dict) -> None:
+        self.pending.append(self.pool.submit(self._log, partition_key, metadata, checks))
+
+    def _log(self, partition_key: str, metadata: dict, checks: dict) -> None:
+        self.context.log_event(dg.AssetMaterialization(asset_key=self.key, partition=partition_key, metadata=metadata))
+        # Each result points at the window's materialization just stored, as Dagster's own results do.
+        latest = self.context.instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=self.key, asset_partitions=[partition_key]), limit=1,
+        ).records
+        target = materialization_target(latest[0]) if latest else None
+        for name, verdict in checks.items():
+            self.context.log_event(check_evaluation(self.key, name, verdict, partition_key, target))
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+        for future in self.pending:
+            future.result()  # re-raise a storage error here, in the step
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,9 +1,5 @@
 """Reconciliation per source: the `reconcile/<id>` asset, its blocking guard check, job and schedule."""
 
-
-import logging
-from pathlib import Path
-
 import dagster as dg
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
@@ -12,13 +8,9 @@ from harvest_pipeline.defs.assets import asset_key_for, pool_for
 from harvest_pipeline.defs.resources import catalogue_connector, catalogue_path
 from harvest_pipeline.defs.sensors import SOURCE_TAG
 from harvest_pipeline.errors import ConfigError
-from harvest_pipeline.harvest.listers import lister_for
 from harvest_pipeline.harvest.reconcile import reconcile_source
 from harvest_pipeline.sources import SourceConfig
-from harvest_pipeline.store import connect
-from harvest_pipeline.store.reconcile import known_deleted_record
 
-log = logging.getLogger(__name__)
 GUARD_CHECK = "mass_deletion_guard"
 
 
@@ -133,29 +125,6 @@ def build_reconcile_job(source: SourceConfig):
         tags={SOURCE_TAG: source.id},
         description=f"Reconcile {source.id} with its upstream listing (deletion by absence, with the mass-deletion guard).",
     )
-
-
-def deleted_record_policy(source: SourceConfig, db_path: Path, *, ask_server: bool = True, timeout: float = 5.0) -> tuple[str | None, str]:
-    """(deletedRecord, where it came from): Identify now, else what the last harvest recorded."""
-    if source.protocol == "csw":
-        return "no", "CSW has no deletion tombstones"
-    if ask_server:
-        try:
-            quick = source.model_copy(
-                update={"http": source.http.model_copy(update={"timeout_seconds": timeout, "max_retries": 0})}
-            )
-            return lister_for(quick).describe()["deleted_record"], "Identify"
-        except Exception as exc:  # noqa: BLE001 - the code location must load without the server
-            log.warning("source %s: Identify failed (%s); using the last known deletedRecord", source.id, exc)
-    try:
-        if Path(db_path).exists():
-            with connect(db_path, read_only=True, wait_seconds=2) as con:
-                value = known_deleted_record(con, source.id)
-            if value:
-                return value, "the last harvest's Identify (server unreachable at load)"
-    except Exception:  # noqa: BLE001 - locked or not yet created: unknown
-        pass
-    return None, "unknown (server unreachable at load, never harvested)"
 
 
 def build_reconcile_schedule(source: SourceConfig, job, deleted_record: str | None, how: str) -> dg.ScheduleDefinition:

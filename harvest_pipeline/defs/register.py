@@ -5,9 +5,11 @@ from typing import Literal
 import dagster as dg
 from pydantic import Field
 
+from harvest_pipeline.harvest.server_facts import learn_new_source
 from harvest_pipeline.sources.edit import add_source
 from harvest_pipeline.sources.probe import guess_protocol, probe_server, propose_entry
 from harvest_pipeline.sources.registry import sources_file_path
+from harvest_pipeline.store import default_db_path
 
 REGISTER_JOB = "register_source"
 REGISTER_OP = "probe_and_add_source"
@@ -41,6 +43,8 @@ def probe_and_add_source(context: dg.OpExecutionContext, config: RegisterSourceC
     )
     path = sources_file_path()
     add_source(entry, note=facts.name, path=path, added_by="the UI job register_source")
+    if learn_new_source(config.id, default_db_path(), learned_by=f"register_source (run {context.run.run_id[:8]})") is None:
+        context.log.warning(f"{config.id}: server facts not stored yet; the source's sensor learns them")
     for note in facts.notes:
         context.log.warning(f"{config.url}: {note}")
     context.log.info(f"added {config.id} to {path.resolve()}: " + "; ".join(why))

@@ -1,69 +1,48 @@
-"""Where a source's partitions begin: its `start`, else Identify's earliestDatestamp (cached).
+"""Where a source's partitions begin, from configuration and stored server facts only (no network).
 
-Definitions load in the UI's code server, so a slow or dead server must not block or break the
-whole code location: Identify gets a short timeout, its answer is cached next to the catalogue,
-and without either the source falls back to a recent start and says so in its asset description.
+A source's `start` wins. Otherwise the pinned `partitions_start` of its stored server facts
+(harvest/server_facts.py). A source whose facts are not known yet gets no closed window at all
+(its partitions begin at the current window) and says so in its asset description; its sensor
+requests the `server_facts_refresh` job, and the partitions appear when the code location reloads.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import logging
-from datetime import datetime, timedelta, timezone
-from pathlib import Path
+from datetime import datetime, timezone
 
-from harvest_pipeline.dates import parse_datestamp
-from harvest_pipeline.harvest.listers import lister_for
-from harvest_pipeline.http.redaction import redact_text
+from harvest_pipeline.defs.partitions import floor_to_window
+from harvest_pipeline.harvest.server_facts import ServerFacts
 from harvest_pipeline.sources import SourceConfig
 
-log = logging.getLogger(__name__)
-FALLBACK_DAYS = 30
+UNKNOWN = "UNKNOWN"
 
 
-def _cache_file(db_path: Path) -> Path:
-    return Path(db_path).parent / "identify_cache.json"
-
-
-def _read_cache(db_path: Path) -> dict:
-    try:
-        return json.loads(_cache_file(db_path).read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def _cache_key(source: SourceConfig) -> str:
-    """The source's id and a digest of its URL: the file never holds a key the URL carries."""
-    return f"{source.id}|{hashlib.sha256(source.url.encode()).hexdigest()[:16]}"
-
-
-def resolve_start(source: SourceConfig, db_path: Path, *, timeout: float = 5.0) -> tuple[datetime, str]:
-    """Return (start, how it was found) for the source's partitions definition."""
+def resolve_start(source: SourceConfig, facts: ServerFacts | None) -> tuple[datetime, str]:
+    """(start, how it was found). The note starts with UNKNOWN when nothing says where to start."""
     if source.start is not None:
         return source.start, "configured start"
-    cache = _read_cache(db_path)
-    key = _cache_key(source)
-    try:
-        quick = source.model_copy(
-            update={"http": source.http.model_copy(update={
-                "timeout_seconds": timeout, "request_deadline_seconds": timeout, "max_retries": 0})}
+    if facts is not None and facts.partitions_start:
+        return facts.partitions_start_datetime(), (
+            f"the server's earliest date {facts.earliest_datestamp or facts.partitions_start} "
+            f"(server facts learned {facts.learned_at} by {facts.learned_by})"
         )
-        said = lister_for(quick).describe().get("earliest_datestamp")
-        if not said:
-            raise ValueError("the server does not say when its records begin")
-        earliest = parse_datestamp(said)
-        cache[key] = said
-        try:
-            _cache_file(db_path).parent.mkdir(parents=True, exist_ok=True)
-            _cache_file(db_path).write_text(json.dumps(cache, indent=1, sort_keys=True))
-        except OSError:
-            pass
-        return earliest, "Identify earliestDatestamp"
-    except Exception as exc:  # noqa: BLE001 - any failure falls back, loudly
-        if key in cache:
-            return parse_datestamp(cache[key]), "cached Identify earliestDatestamp (server unreachable now)"
-        fallback = datetime.now(timezone.utc) - timedelta(days=FALLBACK_DAYS)
-        said = redact_text(exc)  # the description and the log are stored facts: no secret in them
-        log.warning("source %s: Identify failed (%s); partitions start %s days ago until it answers", source.id, said, FALLBACK_DAYS)
-        return fallback, f"FALLBACK: Identify failed ({said}); set `start:` in the sources file"
+    # Nothing closed yet: no window is offered until the facts are known.
+    placeholder = floor_to_window(datetime.now(timezone.utc), source.window)
+    if facts is not None:
+        why = "the server does not say when its records begin"
+    else:
+        why = "the server's facts (Identify / GetCapabilities) are not known yet"
+    return placeholder, (
+        f"{UNKNOWN}: {why}; no window is offered yet. The sensor requests the job server_facts_refresh "
+        "(or run `harvest-pipeline facts`); the partitions appear when the code location reloads. "
+        "Or set `start:` in the sources file"
+    )
+
+
+def deleted_record_policy(source: SourceConfig, facts: ServerFacts | None) -> tuple[str | None, str]:
+    """(deletedRecord, where it came from), from stored facts only."""
+    if source.protocol == "csw":
+        return "no", "CSW has no deletion tombstones"
+    if facts is not None and facts.deleted_record:
+        return facts.deleted_record, f"Identify, learned {facts.learned_at}"
+    return None, "unknown until the server's facts are learned"

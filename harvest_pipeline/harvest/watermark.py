@@ -67,3 +67,38 @@ def plan_tick(
                 continue  # failed (or died while running) recently: back off
         launch.append(key)
     return new_watermark, launch
+
+
+def advance_stored(con, source_id: str, windows: list[tuple[str, datetime, datetime]]) -> datetime | None:
+    """Apply `advance` to the ledger and store the new watermark; return it.
+
+    Runs call this when their windows are done (the sensor only reads), and so does the CLI.
+    """
+    current = ledger.get_watermark(con, source_id)
+    rows = {r.window_start: r for r in ledger.list_windows(con, source_id, since=current)}
+    new = advance(windows, rows, current)
+    if new is not None and new != current:
+        ledger.set_watermark(con, source_id, new)
+    return new
+
+
+def launch_ranges(windows: list[tuple[str, datetime, datetime]], launch: list[str], size: int) -> list[tuple[str, str]]:
+    """Group the keys to launch into runs: consecutive windows only, at most `size` per run.
+
+    A ranged run covers every window between its first and last key, so a gap (a window verified
+    or in flight in between) starts a new run.
+    """
+    position = {key: i for i, (key, _start, _end) in enumerate(windows)}
+    ranges: list[tuple[str, str]] = []
+    first = last = None
+    count = 0
+    for key in launch:
+        if first is not None and (position[key] != position[last] + 1 or count >= size):
+            ranges.append((first, last))
+            first = None
+        if first is None:
+            first, count = key, 0
+        last, count = key, count + 1
+    if first is not None:
+        ranges.append((first, last))
+    return ranges

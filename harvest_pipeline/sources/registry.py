@@ -111,8 +111,11 @@ class SourceConfig(BaseModel):
     headers_from_env: dict[str, str] = Field(default_factory=dict)
     auth: AuthConfig | None = None
     http: HttpSettings = Field(default_factory=HttpSettings)
-    # Windows a sensor tick may launch at once for this source.
-    max_windows_per_tick: int = Field(default=30, ge=1)
+    # Windows harvested one after another in one Dagster run (BackfillPolicy.multi_run and the
+    # sensor's ranged runs); each window keeps its own traversal, cursor, ledger row and checks.
+    windows_per_run: int = Field(default=30, ge=1)
+    # Windows the sensor keeps requested at once (queued or running) for this source.
+    max_windows_per_tick: int = Field(default=300, ge=1)
     # Re-harvest this much before the watermark, for servers whose indexes lag behind their clock.
     overlap_seconds: int = Field(default=0, ge=0)
     reconcile: ReconcileSettings = Field(default_factory=ReconcileSettings)

@@ -9,7 +9,7 @@ import pytest
 
 from harvest_pipeline.defs.factory import build_definitions, job_name
 from harvest_pipeline.store import connect, ledger
-from harvest_pipeline_tests.conftest import today, demo_source, window_stats, day_window
+from harvest_pipeline_tests.conftest import today, day_window, demo_source, learn_facts, window_stats
 
 pytestmark = pytest.mark.integration
 ASSET = dg.AssetKey(["harvest", "demo"])
@@ -20,6 +20,7 @@ def _checks(result) -> dict[str, tuple[bool, str]]:
 
 
 def test_definitions_load_with_one_partitioned_asset_checks_job_and_sensor(shared_demo, db_path):
+    learn_facts(demo_source(shared_demo))
     defs = build_definitions([demo_source(shared_demo)])
     dg.Definitions.validate_loadable(defs)
     asset = defs.resolve_assets_def(ASSET)
@@ -37,6 +38,7 @@ def test_definitions_load_with_one_partitioned_asset_checks_job_and_sensor(share
 
 
 def test_materializing_one_window_records_metadata_and_passing_checks(shared_demo, db_path):
+    learn_facts(demo_source(shared_demo))
     defs = build_definitions([demo_source(shared_demo)])
     window = day_window(3)
     with dg.instance_for_test() as instance:
@@ -60,6 +62,7 @@ def test_materializing_one_window_records_metadata_and_passing_checks(shared_dem
 
 
 def test_plotted_metadata_describes_the_window_and_survives_a_rerun(shared_demo, db_path):
+    learn_facts(demo_source(shared_demo))
     defs = build_definitions([demo_source(shared_demo)])
     window = day_window(4)
     expected = window_stats(shared_demo, window)
@@ -93,6 +96,7 @@ def test_plotted_metadata_describes_the_window_and_survives_a_rerun(shared_demo,
 
 def test_lying_complete_list_size_fails_the_check_in_dagster(demo, db_path):
     demo.set_options(complete_list_size_bias=3)
+    learn_facts(demo_source(demo))
     defs = build_definitions([demo_source(demo)])
     with dg.instance_for_test() as instance:
         result = defs.resolve_job_def(job_name("demo")).execute_in_process(
@@ -102,15 +106,16 @@ def test_lying_complete_list_size_fails_the_check_in_dagster(demo, db_path):
 
 
 def test_sensor_launches_closed_windows_and_advances_the_watermark_only_over_passing_ones(demo, db_path):
+    learn_facts(demo_source(demo))
     defs = build_definitions([demo_source(demo)])
     sensor = defs.resolve_sensor_def("harvest_demo_watermark")
     job = defs.resolve_job_def(job_name("demo"))
     with dg.instance_for_test() as instance:
         first = sensor(dg.build_sensor_context(instance=instance, definitions=defs))
-        requested = [r.partition_key for r in first.run_requests]
+        requested = requested_keys(defs, first.run_requests)
         all_keys = defs.resolve_assets_def(ASSET).partitions_def.get_partition_keys()
         assert requested == all_keys and len(requested) >= 7
-        assert all(r.tags["harvest/source"] == "demo" for r in first.run_requests)
+        assert all(r.tags["harvest/source"] == "demo" and r.job_name == job_name("demo") for r in first.run_requests)
 
         bad = requested[3]
         for key in requested:
@@ -131,6 +136,18 @@ def test_sensor_launches_closed_windows_and_advances_the_watermark_only_over_pas
         sensor(dg.build_sensor_context(instance=instance, definitions=defs))
         with connect(db_path) as con:
             assert ledger.get_watermark(con, "demo") == today().replace(tzinfo=None)
+
+
+def requested_keys(defs, run_requests) -> list[str]:
+    """The windows a tick's run requests cover (single windows and ranges), in order."""
+    partitions_def = defs.resolve_assets_def(ASSET).partitions_def
+    keys = []
+    for r in run_requests:
+        if r.partition_key_range is not None:
+            keys += partitions_def.get_partition_keys_in_range(r.partition_key_range)
+        else:
+            keys.append(r.partition_key)
+    return keys
 
 
 def ledger_start(defs, key):

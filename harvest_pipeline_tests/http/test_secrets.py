@@ -21,7 +21,7 @@ import dagster as dg
 import pytest
 
 from harvest_pipeline.defs.factory import build_definitions, job_name
-from harvest_pipeline.defs.start_dates import resolve_start
+from harvest_pipeline.harvest.server_facts import facts_dir, refresh_facts
 from harvest_pipeline.errors import HarvestError
 from harvest_pipeline.harvest import harvest_window
 from harvest_pipeline.http.redaction import redact_text
@@ -117,10 +117,11 @@ def test_dagster_run_storage_never_holds_the_secrets(echo_source, db_path):
     _assert_clean("\n".join(stored), "Dagster's event log")
 
 
-def test_status_url_and_identify_cache_are_redacted(echo_source, db_path):
+def test_status_url_and_stored_server_facts_are_redacted(echo_source, db_path):
     source, _ = echo_source
     assert redact_text(source.url).endswith("?token=***&wsk=***")
-    resolve_start(source.model_copy(update={"start": None}), db_path)
-    cache = (db_path.parent / "identify_cache.json").read_text()
-    assert json.loads(cache) and "echo|" in cache
-    _assert_clean(cache, "the identify cache")
+    refresh_facts(source.model_copy(update={"start": None}), db_path, learned_by="test")
+    [stored] = facts_dir(db_path).glob("*.json")
+    facts = stored.read_text()
+    assert json.loads(facts)["earliest_datestamp"]
+    _assert_clean(facts, "the stored server facts")

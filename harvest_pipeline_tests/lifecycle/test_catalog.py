@@ -11,7 +11,7 @@ from harvest_pipeline.defs.factory import build_definitions, job_name
 from harvest_pipeline.defs.reconcile import reconcile_key
 from harvest_pipeline.store import connect
 from harvest_pipeline.store.catalog import refresh_catalog
-from harvest_pipeline_tests.conftest import day_window, demo_source
+from harvest_pipeline_tests.conftest import day_window, demo_source, learn_facts
 
 pytestmark = pytest.mark.integration
 
@@ -33,6 +33,7 @@ def live_counts(db_path) -> dict[str, tuple[int, int]]:
 
 def test_catalog_asset_builds_view_stats_and_one_parquet_per_source(shared_demo, db_path):
     sources = [demo_source(shared_demo), demo_source(shared_demo, id="physics", set="physics")]
+    learn_facts(*sources)
     defs = build_definitions(sources)
     graph = defs.resolve_asset_graph()
     assert graph.get(CATALOG_KEY).parent_keys == {
@@ -76,6 +77,7 @@ def test_catalog_asset_builds_view_stats_and_one_parquet_per_source(shared_demo,
 
 
 def test_sensor_refreshes_the_catalog_and_exports_whenever_the_catalogue_changes(shared_demo, db_path):
+    learn_facts(demo_source(shared_demo))
     defs = build_definitions([demo_source(shared_demo)])
     sensor = defs.resolve_sensor_def(CATALOG_SENSOR)
     assert sensor.default_status == dg.DefaultSensorStatus.RUNNING

@@ -26,7 +26,7 @@ from harvest_pipeline.oai.client import OAIClient
 from harvest_pipeline.sources.registry import ReconcileSettings, SourceConfig
 from harvest_pipeline.store import connect
 from harvest_pipeline.store.reconcile import last_reconciliation
-from harvest_pipeline_tests.conftest import demo_options, today, day_window, demo_source
+from harvest_pipeline_tests.conftest import demo_options, today, day_window, demo_source, learn_facts
 from harvest_pipeline_tests.lifecycle.helpers import (
     history_actions,
     live_identifiers,
@@ -216,12 +216,14 @@ def test_reconciliation_through_the_fallback_deletes_what_is_gone(demo, db_path)
 # --- schedules -----------------------------------------------------------------------------
 def test_schedule_runs_by_default_only_where_deletions_can_vanish(tunable_demo, db_path):
     source = demo_source(tunable_demo, reconcile=ReconcileSettings(schedule="15 4 * * *"))
+    learn_facts(source)  # definitions read what Identify said from the stored facts
     persistent = build_definitions([source]).resolve_schedule_def(reconcile_schedule_name("demo"))
     assert persistent.default_status == dg.DefaultScheduleStatus.STOPPED
     assert persistent.cron_schedule == "15 4 * * *" and persistent.execution_timezone == "UTC"
     assert "deletedRecord=persistent" in persistent.description
 
     tunable_demo.set_options(deleted_record="transient")
+    learn_facts(source)
     transient = build_definitions([source]).resolve_schedule_def(reconcile_schedule_name("demo"))
     assert transient.default_status == dg.DefaultScheduleStatus.RUNNING
     assert transient.job_name == reconcile_job_name("demo")

@@ -52,9 +52,9 @@ def test_a_shared_catalogue_ends_equal_to_the_embedded_file(kind, demo, tmp_path
     shared_env(kind)
     # The same provider has moved on (deletion, update): start a second one for the same story.
     from harvest_pipeline.demo.process import start_demo_provider
-    from harvest_pipeline_tests.conftest import DEMO
+    from harvest_pipeline_tests.conftest import demo_options
 
-    with start_demo_provider(**DEMO) as fresh:
+    with start_demo_provider(**demo_options()) as fresh:
         shared = _harvest_story(fresh, tmp_path / "worker" / "harvest.duckdb")
     assert shared["reports"] == embedded["reports"] == ["verified"] * 4
     assert shared["records"] == embedded["records"]

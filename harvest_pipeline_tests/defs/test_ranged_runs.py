@@ -1,0 +1,137 @@
+"""Ranged runs: many windows per Dagster run, each window still recorded on its own.
+
+Real materializations against the demo provider, read back from the Dagster instance.
+"""
+
+from __future__ import annotations
+
+import json
+
+import dagster as dg
+import pytest
+
+from harvest_pipeline.defs.checks import CHECK_DESCRIPTIONS
+from harvest_pipeline.defs.factory import build_definitions, job_name
+from harvest_pipeline.defs.sensors import RANGE_END_TAG, RANGE_START_TAG, range_tags
+from harvest_pipeline.store import connect, ledger
+from harvest_pipeline.store.staging import staging_path
+from harvest_pipeline_tests.conftest import today, day_window, demo_source, learn_facts, window_stats
+
+pytestmark = pytest.mark.integration
+ASSET = dg.AssetKey(["harvest", "demo"])
+
+
+def per_partition_checks(instance) -> dict[str, dict[str, str]]:
+    """{check: {partition: latest status}} as Dagster stores it (the run's summary has no partition)."""
+    out = {}
+    for name in CHECK_DESCRIPTIONS:
+        infos = instance.event_log_storage.get_asset_check_partition_info([dg.AssetCheckKey(ASSET, name)])
+        out[name] = {i.partition_key: i.latest_execution_status.value for i in infos if i.partition_key is not None}
+    return out
+
+
+def materialized(instance) -> dict[str, dict]:
+    records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=ASSET), limit=100).records
+    return {r.partition_key: {k: v.value for k, v in r.asset_materialization.metadata.items()} for r in records}
+
+
+def test_ranged_run_records_each_window_and_a_failing_window_does_not_stop_the_others(demo, db_path):
+    source = demo_source(demo, windows_per_run=5)
+    learn_facts(source)
+    defs = build_definitions([source])
+    assert defs.resolve_assets_def(ASSET).backfill_policy == dg.BackfillPolicy.multi_run(5)
+    windows = [day_window(n) for n in (6, 5, 4, 3, 2)]
+    broken = windows[2]
+    # A directory where the window's staging file belongs: that window's harvest raises (a file
+    # that is merely unreadable would be started over).
+    path = staging_path(db_path, "demo", broken.start)
+    path.mkdir(parents=True)
+
+    job = defs.resolve_job_def(job_name("demo"))
+    with dg.instance_for_test() as instance:
+        result = job.execute_in_process(
+            instance=instance, raise_on_error=False, tags=range_tags(windows[0].key, windows[-1].key),
+        )
+        assert not result.success
+        failure = next(e for e in result.all_events if e.is_step_failure).step_failure_data
+        assert f"1 of 5 windows failed ({broken.key}:" in failure.error.message
+        assert list(failure.user_failure_data.metadata["failed_windows"].value) == [broken.key]
+
+        # Every other window has its own materialization, with its own numbers, and its own checks.
+        mats = materialized(instance)
+        assert set(mats) == {w.key for w in windows} - {broken.key}
+        for w in windows:
+            if w is broken:
+                continue
+            expected = window_stats(demo, w)
+            assert mats[w.key]["records"] == int(mats[w.key]["completeListSize"]) == expected["total"]
+            assert mats[w.key]["status"] == "verified"
+        checks = per_partition_checks(instance)
+        for name in CHECK_DESCRIPTIONS:
+            # The failed window's checks stay planned in a failed run (the UI shows them as not
+            # executed); every other window has its own passing result.
+            assert checks[name] == {w.key: ("PLANNED" if w is broken else "SUCCEEDED") for w in windows}, name
+        # Each result targets its window's materialization, which is what the check's Partitions
+        # tab in the UI counts (an unlinked result shows there as missing).
+        infos = instance.event_log_storage.get_asset_check_partition_info([dg.AssetCheckKey(ASSET, "complete")])
+        linked = {i.partition_key for i in infos
+                  if i.partition_key and i.latest_target_materialization_storage_id is not None and i.is_current}
+        assert linked == {w.key for w in windows} - {broken.key}
+        with connect(db_path) as con:
+            statuses = {w.key: ledger.get_window(con, "demo", w.start.replace(tzinfo=None)).status for w in windows}
+            watermark = ledger.get_watermark(con, "demo")
+        assert statuses == {w.key: (ledger.FAILED if w is broken else ledger.VERIFIED) for w in windows}
+        assert watermark is None  # the first windows (day 7, 8) were never harvested
+
+        # The failed window alone, retried: a single-partition run as before ranged runs.
+        path.rmdir()
+        retry = job.execute_in_process(instance=instance, partition_key=broken.key)
+        assert retry.success
+        [mat] = retry.get_asset_materialization_events()
+        assert mat.materialization.partition == broken.key
+        assert per_partition_checks(instance)["complete"][broken.key] == "SUCCEEDED"
+        assert set(materialized(instance)) == {w.key for w in windows}
+
+
+def test_sensor_requests_catch_up_as_ranged_runs_of_the_named_job(demo, db_path):
+    source = demo_source(demo, windows_per_run=3)
+    learn_facts(source)
+    defs = build_definitions([source])
+    sensor = defs.resolve_sensor_def("harvest_demo_watermark")
+    keys = defs.resolve_assets_def(ASSET).partitions_def.get_partition_keys()
+    with dg.instance_for_test() as instance:
+        tick = sensor(dg.build_sensor_context(instance=instance, definitions=defs))
+        assert [r.job_name for r in tick.run_requests] == [job_name("demo")] * len(tick.run_requests)
+        ranges = [(r.tags.get(RANGE_START_TAG), r.tags.get(RANGE_END_TAG), r.partition_key) for r in tick.run_requests]
+        chunks = [keys[i:i + 3] for i in range(0, len(keys), 3)]
+        assert ranges == [(c[0], c[-1], None) if len(c) > 1 else (None, None, c[0]) for c in chunks]
+        assert all(r.tags["harvest/source"] == "demo" for r in tick.run_requests)
+
+        job = defs.resolve_job_def(job_name("demo"))
+        for r in tick.run_requests:  # what the daemon does with each request
+            assert job.execute_in_process(instance=instance, tags=r.tags, partition_key=r.partition_key).success
+        runs = instance.get_runs()
+        assert len(runs) == len(chunks) and {r.job_name for r in runs} == {job_name("demo")}
+
+        after = sensor(dg.build_sensor_context(instance=instance, definitions=defs))
+        assert not after.run_requests
+        assert json.loads(after.cursor)["watermark"].startswith(today().strftime("%Y-%m-%d"))
+        assert set(materialized(instance)) == set(keys)
+        with connect(db_path) as con:  # the runs stored the watermark; the sensor only reads
+            assert ledger.get_watermark(con, "demo") == today().replace(tzinfo=None)
+
+
+def test_sensor_does_not_request_windows_already_in_flight(demo, db_path):
+    source = demo_source(demo, windows_per_run=30)
+    learn_facts(source)
+    defs = build_definitions([source])
+    sensor = defs.resolve_sensor_def("harvest_demo_watermark")
+    keys = defs.resolve_assets_def(ASSET).partitions_def.get_partition_keys()
+    with dg.instance_for_test() as instance:
+        job = defs.resolve_job_def(job_name("demo"))
+        # A queued ranged run of the first three windows, as the daemon would hold it.
+        queued = instance.create_run_for_job(job, tags=range_tags(keys[0], keys[2]))
+        assert instance.get_run_by_id(queued.run_id).status == dg.DagsterRunStatus.NOT_STARTED
+        tick = sensor(dg.build_sensor_context(instance=instance, definitions=defs))
+        [request] = tick.run_requests
+        assert (request.tags[RANGE_START_TAG], request.tags[RANGE_END_TAG]) == (keys[3], keys[-1])
