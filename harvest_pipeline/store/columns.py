@@ -72,9 +72,15 @@ RECORD_COLUMNS: tuple[Column, ...] = (
     Column("written_by_run", "VARCHAR"),
     Column("window_start", "TIMESTAMP", doc="the window whose harvest last changed it"),
     Column("window_end", "TIMESTAMP"),
-    Column("identifier_key", "UBIGINT", catalog=False, shown=False, added_in=4,
-           doc="md5_number_lower(identifier): the narrow column a merge finds its window's rows by"),
+    Column("identifier_key", "BIGINT", catalog=False, shown=False, added_in=4,
+           doc="identifier_key_sql(identifier): the narrow column a merge finds its window's rows by"),
 )
+
+
+def identifier_key_sql(expr: str) -> str:
+    """63 bits of the identifier's md5, as a BIGINT: PostgreSQL (the shared catalogue) has no
+    unsigned type. Equal keys may still differ in identifier: joins also compare identifiers."""
+    return f"(md5_number_lower({expr}) >> 1)::BIGINT"
 RECORD_KEY = ("source_id", "identifier")
 
 # Columns of a staged page that are not the record's: where in the traversal it came, and whether

@@ -14,7 +14,8 @@ from pathlib import Path
 import duckdb
 
 from harvest_pipeline.store.clock import utcnow
-from harvest_pipeline.store.columns import DROPPED_BY_TOMBSTONE, VALUE_COLUMNS
+from harvest_pipeline.store.backend import EMBEDDED, dialect
+from harvest_pipeline.store.columns import DROPPED_BY_TOMBSTONE, VALUE_COLUMNS, identifier_key_sql
 
 _ACTIONS = ("created", "updated", "unchanged", "deleted", "revived", "restored", "stale")
 # History actions after which `records` held the received version.
@@ -115,10 +116,10 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     )
     # A record listed twice in one traversal counts once, in its last-received version.
     con.execute(
-        """
+        f"""
         CREATE OR REPLACE TEMP TABLE latest AS
         SELECT identifier, max(page_number::BIGINT * 1000000 + seq) AS pos,
-               md5_number_lower(identifier) AS identifier_key
+               {identifier_key_sql('identifier')} AS identifier_key
         FROM stg.page_records GROUP BY identifier
         """
     )
@@ -128,21 +129,28 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     # the catalogue. Rows written without a key (by hand) get theirs first; row-group statistics
     # make that free when there are none.
     con.execute(
-        "UPDATE records SET identifier_key = md5_number_lower(identifier) WHERE identifier_key IS NULL"
+        f"UPDATE records SET identifier_key = {identifier_key_sql('identifier')} WHERE identifier_key IS NULL"
     )
     # The harvest always wins: a row edited by hand since (same version, different columns) is
     # rewritten and classed 'restored'. So the stored side's fingerprint is computed from the
     # stored values themselves (a fingerprint stored with the row would not see a hand edit), for
     # the window's rows only.
     stored_fp = _fingerprint({c: "r." + c for c in VALUE_COLUMNS})
+    # DuckDB's own file has stable row ids within the transaction; a shared catalogue (PostgreSQL,
+    # DuckLake) is matched by its key instead, which its own index serves.
+    by_rowid = dialect(con) == EMBEDDED
+    found = (
+        "r.rowid IN (SELECT rowid FROM records WHERE source_id = ? AND identifier_key IN (SELECT identifier_key FROM latest))"
+        if by_rowid else
+        "r.source_id = ? AND r.identifier_key IN (SELECT identifier_key FROM latest)"
+    )
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE stored AS
-        SELECT r.rowid AS row_id, r.identifier, r.datestamp, r.deleted, r.content_hash, {stored_fp} AS fp
+        SELECT {'r.rowid' if by_rowid else 'NULL::BIGINT'} AS row_id, r.identifier, r.datestamp, r.deleted,
+               r.content_hash, {stored_fp} AS fp
         FROM records r
-        WHERE r.rowid IN (
-            SELECT rowid FROM records WHERE source_id = ? AND identifier_key IN (SELECT identifier_key FROM latest)
-        )
+        WHERE {found}
         """,
         [source_id],
     )
@@ -212,22 +220,24 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
         f"""
         INSERT INTO records (source_id, identifier, {', '.join(VALUE_COLUMNS)},
                              first_seen_at, written_at, written_by_run, window_start, window_end, identifier_key)
-        SELECT ?, i.identifier, {values}, coalesce(c.first_seen_at, ?), ?, ?, ?, ?, md5_number_lower(i.identifier)
+        SELECT ?, i.identifier, {values}, coalesce(c.first_seen_at, ?), ?, ?, ?, ?, {identifier_key_sql('i.identifier')}
         {changed} AND NOT c.existed
         """,
         [source_id, now, now, run_id, window_start, window_end],
     ).fetchone()[0]
     aliased = ", ".join(f"{_stored_value(c, 'i.')} AS {c}" for c in VALUE_COLUMNS)
     assignments = ", ".join(f"{c} = u.{c}" for c in VALUE_COLUMNS)
-    # Matched by row id (found above, same transaction): no join against the whole table.
+    # Matched by row id (found above, same transaction): no join against the whole table. A
+    # shared catalogue is matched by its key.
+    match = "records.rowid = u.row_id" if by_rowid else "records.source_id = ? AND records.identifier = u.identifier"
     updated = con.execute(
         f"""
         UPDATE records SET {assignments},
             written_at = ?, written_by_run = ?, window_start = ?, window_end = ?
-        FROM (SELECT c.row_id, {aliased} {changed} AND c.existed) u
-        WHERE records.rowid = u.row_id
+        FROM (SELECT c.row_id, i.identifier AS identifier, {aliased} {changed} AND c.existed) u
+        WHERE {match}
         """,
-        [now, run_id, window_start, window_end],
+        [now, run_id, window_start, window_end] + ([] if by_rowid else [source_id]),
     ).fetchone()[0]
     con.execute(
         """

@@ -15,7 +15,7 @@ import duckdb
 
 from harvest_pipeline.store.backend import EMBEDDED, ddl_for, dialect
 from harvest_pipeline.store.clock import utcnow
-from harvest_pipeline.store.columns import add_record_columns_sql, create_records_sql
+from harvest_pipeline.store.columns import add_record_columns_sql, create_records_sql, identifier_key_sql
 
 MIGRATIONS: list[tuple[int, str]] = [
     (
@@ -141,7 +141,7 @@ MIGRATIONS: list[tuple[int, str]] = [
         # (DuckDB pushes the window's keys into the scan as a Bloom filter), so its cost follows
         # the window, not the catalogue. Rows written before it get theirs here.
         add_record_columns_sql(4)
-        + "UPDATE records SET identifier_key = md5_number_lower(identifier);\n",
+        + f"UPDATE records SET identifier_key = {identifier_key_sql('identifier')};\n",
     ),
     (
         5,

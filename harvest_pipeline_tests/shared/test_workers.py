@@ -101,7 +101,11 @@ def test_two_workers_harvest_ten_sources_into_one_catalogue(demo, pg_server, sha
 
     with psycopg.connect(pg_server.dsn(dagster_env["DAGSTER_PG_DB"])) as conn:
         runs = conn.execute("SELECT count(*), count(DISTINCT status) FROM runs").fetchone()
-    assert runs == (10 * len(DAYS), 1)
+        windows = conn.execute(
+            "SELECT count(DISTINCT asset_key || partition) FROM event_logs WHERE dagster_event_type = 'ASSET_MATERIALIZATION'"
+        ).fetchone()[0]
+    assert runs == (10, 1)  # one ranged run per source (both its windows), all succeeded
+    assert windows == 10 * len(DAYS)  # each window has its own materialization
 
     # The shared catalogue equals an embedded harvest of the same sources and windows.
     shared = records_table(tmp_path / "worker0" / "data" / "harvest.duckdb")

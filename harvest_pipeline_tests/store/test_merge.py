@@ -8,7 +8,7 @@ import pytest
 from harvest_pipeline.harvest.rows import content_hash
 from harvest_pipeline.store import connect
 from harvest_pipeline.store.merge import merge_staging
-from harvest_pipeline.store.columns import PAGE_SCHEMA
+from harvest_pipeline.store.columns import PAGE_SCHEMA, identifier_key_sql
 from harvest_pipeline.store.staging import StagingWindow, staging_path
 
 W0 = datetime(2026, 10, 1)
@@ -167,7 +167,7 @@ def test_the_window_finds_its_stored_rows_by_key_also_rows_written_without_one(d
     t = W0 + timedelta(hours=1)
     _merge(db, [("a", t, False, "<x>a</x>"), ("b", t, False, "<x>b</x>")], run="r1")
     with connect(db) as con:
-        keys = con.execute("SELECT identifier, identifier_key = md5_number_lower(identifier) FROM records ORDER BY 1").fetchall()
+        keys = con.execute(f"SELECT identifier, identifier_key = {identifier_key_sql('identifier')} FROM records ORDER BY 1").fetchall()
         assert keys == [("a", True), ("b", True)]
         con.execute(
             "INSERT INTO records (source_id, identifier, datestamp, deleted, first_seen_at, written_at)"
@@ -195,6 +195,6 @@ def test_migration_4_gives_rows_stored_before_it_their_key(tmp_path):
         " VALUES ('src', 'old-1', false, now(), now()), ('src', 'old-2', true, now(), now())"
     )
     assert ensure_schema(con) >= 4
-    rows = con.execute("SELECT identifier, identifier_key = md5_number_lower(identifier) FROM records ORDER BY 1").fetchall()
+    rows = con.execute(f"SELECT identifier, identifier_key = {identifier_key_sql('identifier')} FROM records ORDER BY 1").fetchall()
     assert rows == [("old-1", True), ("old-2", True)]
     con.close()
