@@ -267,7 +267,8 @@ def _phase_marks(probe):
     except ImportError:
         yield
         return
-    original = getattr(window_module, "merge_staging", None)
+    name = "merge_window" if hasattr(window_module, "merge_window") else "merge_staging"
+    original = getattr(window_module, name, None)
     if original is None:
         yield
         return
@@ -279,11 +280,11 @@ def _phase_marks(probe):
         finally:
             probe.mark("after_merge")
 
-    window_module.merge_staging = merge_with_mark
+    setattr(window_module, name, merge_with_mark)
     try:
         yield
     finally:
-        window_module.merge_staging = original
+        setattr(window_module, name, original)
 
 
 def _harvest_run(state, probe) -> dict:
