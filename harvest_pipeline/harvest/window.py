@@ -492,6 +492,9 @@ def _prepared_pages(source, window, lister, pages, *, guards, pages_before, size
         # Records from the overlap were asked for: only those outside what we asked count as outside.
         asked_from = window.start - timedelta(seconds=source.overlap_seconds)
         rows, quarantined = page_rows(page, metadata_prefix=record_format_label(source), window_start=asked_from, window_end=window.end)
+        # The rows hold what the writer needs; the records (and the page's lxml tree they point
+        # into, ~10x the page's bytes) are let go before the page waits in the prefetch queue.
+        page.records = []
         yield page, rows, quarantined + capped, warnings
         if guards.list_ended:
             return  # the guards ended the list on a page that still carried a token
