@@ -466,8 +466,14 @@ def _run_token_loop(
                     or time.monotonic() - pending_since >= STAGING_COMMIT_SECONDS
                     or not pages.next_ready(timeout=0.02)):
                 commit()
-    except HarvestError:
-        commit()  # the pages before the error are good; the cursor then points at the failing one
+    except Exception:
+        # The pages before the error are good: the cursor then points at the failing one. (A
+        # failed commit has emptied the batch already, so this one writes nothing.)
+        try:
+            commit()
+        except Exception as commit_error:  # never hide the error that ended the loop
+            log.warning("source %s, window %s: could not commit the pages before the error: %s",
+                        source.id, window.key, commit_error)
         raise
     commit()
     quirks |= guards.learned
