@@ -13,7 +13,6 @@ import signal
 POINTS = (
     "after-fetch",  # a page was fetched and parsed, nothing of it written yet
     "mid-page-write",  # inside the staging transaction that writes a page and its token
-    "between-merge-chunks",  # a chunk of a large window's merge committed, the next not begun
     "mid-merge",  # inside the catalogue transaction, after the upsert, before commit
     "after-merge",  # the merge committed, the staging file not yet removed
 )

@@ -267,8 +267,7 @@ def _phase_marks(probe):
     except ImportError:
         yield
         return
-    name = "merge_window" if hasattr(window_module, "merge_window") else "merge_staging"
-    original = getattr(window_module, name, None)
+    original = getattr(window_module, "merge_staging", None)
     if original is None:
         yield
         return
@@ -280,11 +279,11 @@ def _phase_marks(probe):
         finally:
             probe.mark("after_merge")
 
-    setattr(window_module, name, merge_with_mark)
+    window_module.merge_staging = merge_with_mark
     try:
         yield
     finally:
-        setattr(window_module, name, original)
+        window_module.merge_staging = original
 
 
 def _harvest_run(state, probe) -> dict:

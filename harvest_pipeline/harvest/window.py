@@ -27,7 +27,7 @@ from harvest_pipeline.sources import SourceConfig
 from harvest_pipeline.sources.registry import TraversalLimits
 from harvest_pipeline.store import connect as store_connect
 from harvest_pipeline.store import ledger, transaction
-from harvest_pipeline.store.merge import MergeCounts, merge_window
+from harvest_pipeline.store.merge import MergeCounts, merge_staging
 from harvest_pipeline.store.staging import STAGING_COMMIT_SECONDS, StagingWindow, staging_commit_rows, staging_path
 from harvest_pipeline.store.window_parts import PartLedger, part_staging_path
 
@@ -254,8 +254,11 @@ def harvest_window(
         outside = staging.outside_window_count()
         staging.close()
 
-        def finish(con, counts: MergeCounts):
-            """The window's verdict and ledger row, in the transaction that ends its merge."""
+        with connect() as con, transaction(con):
+            counts = merge_staging(
+                con, staging.path, source_id=source.id, window_start=window.start, window_end=window.end,
+                run_id=run_id, attempt_id=cursor.attempt_id,
+            )
             crashpoint("mid-merge")
             warnings = list(cursor.warnings)
             if outside and not full:
@@ -285,13 +288,6 @@ def harvest_window(
                 check_duplicates="passed" if checks["no_duplicates"].passed else "failed",
                 check_cursor="passed" if checks["cursor_closed"].passed else "failed",
                 response_date=cursor.response_date, warnings=warnings, retry_not_before=None,
-            )
-            return warnings, checks, status
-
-        with connect() as con:
-            counts, (warnings, checks, status) = merge_window(
-                con, staging.path, source_id=source.id, window_start=window.start, window_end=window.end,
-                run_id=run_id, attempt_id=cursor.attempt_id, finish=finish,
             )
         crashpoint("after-merge")
         staging.remove()

@@ -53,34 +53,6 @@ def test_sigkill_at_any_point_then_rerun_gives_the_uninterrupted_table(shared_de
         assert con.execute("SELECT count(*) - count(DISTINCT identifier) FROM records").fetchone()[0] == 0
 
 
-def test_sigkill_between_merge_chunks_then_rerun_merges_each_record_once(shared_demo, tmp_path, clean_table, monkeypatch):
-    """A window larger than a merge chunk commits chunk by chunk; a run killed between two chunks
-    leaves the ledger row unwritten, and the next run merges only the chunks not yet merged."""
-    db = tmp_path / "h.duckdb"
-    chunked = {"HARVEST_MERGE_CHUNK_ROWS": "7"}
-    proc = _child(shared_demo.url, db, day_window(2), crashpoint="between-merge-chunks:2", extra_env=chunked)
-    proc.wait(timeout=120)
-    assert proc.returncode == -9, proc.stderr.read()  # it died with two chunks committed
-    with connect(db) as con:
-        merged_before = con.execute("SELECT count(*) FROM records").fetchone()[0]
-        assert 0 < merged_before < len(clean_table)
-        assert con.execute("SELECT status FROM harvest_windows").fetchone()[0] == ledger.RUNNING
-    monkeypatch.setenv("HARVEST_MERGE_CHUNK_ROWS", "7")
-    report = harvest_window(demo_source(shared_demo), day_window(2), db_path=db)
-    assert report.status == ledger.VERIFIED
-    assert records_table(db) == clean_table
-    # The first run's chunks were not merged again: every version applied once, and the counts
-    # of the window include what the killed run merged.
-    assert report.counts.created + report.counts.deleted == report.counts.distinct_received == len(clean_table)
-    with connect(db) as con:
-        applied = con.execute(
-            "SELECT count(*), count(DISTINCT identifier) FROM record_history WHERE action IN ('created', 'deleted')"
-        ).fetchone()
-        assert applied == (len(clean_table), len(clean_table))
-        assert con.execute("SELECT count(*) FROM record_history WHERE action = 'unchanged'").fetchone()[0] == 0
-        assert con.execute("SELECT count(*) FROM harvest_windows").fetchone()[0] == 1
-
-
 def test_two_runs_of_one_window_at_once_never_double_count(shared_demo, tmp_path, clean_table):
     db = tmp_path / "h.duckdb"
     first, second = (_child(shared_demo.url, db, day_window(2)) for _ in range(2))
