@@ -52,7 +52,7 @@ Sections (each only when asked; ``--all`` = all of them), each with its own tabl
     size ``--rss-page-size`` (500), ``--rss-runs`` (1); per phase (token loop, merge); plus a
     what-if row with DuckDB settings injected in the child (``--rss-what-if``, default
     ``{"memory_limit": "256MB"}``, ``none`` to skip). A child above ``--rss-cap-mb`` (8000) is
-    killed and reported as over the cap. Target: 1M window < 300 MB and flat vs 100k.
+    killed and reported as over the cap. Target: 1M window < 250 MB and flat vs 100k.
 ``--upsert``
     merge_staging throughput: ``--upsert-rows`` N (100,000) staged rows into a catalogue of
     ``--upsert-existing`` M (1,000,000) rows; scenarios created / updated / unchanged; rows/s.
@@ -89,7 +89,7 @@ Output and housekeeping: ``--json PATH`` (every number), ``--workdir DIR`` / ``-
 scratch files: catalogues, logs, profiles), ``--timeout S`` per child (3600).
 
 The last table is the targets, PASS/MISS with the numbers: full harvest >= Sickle; our client
->= 2x Sickle; full harvest >= 60% of fetch-only; 1M-record window peak RSS < 300 MB (--rss);
+>= 2x Sickle; full harvest >= 60% of fetch-only; 1M-record window peak RSS < 250 MB (--rss);
 365-window backfill < 5 min (--backfill); throughput grows with sources until CPU saturates
 (--sources). Progress goes to stderr, tables to stdout. Numbers on a busy machine are noisy:
 compare medians from the same invocation, not across machines.

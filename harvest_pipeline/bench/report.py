@@ -111,7 +111,7 @@ def targets(summaries: dict[str, Summary], sections: dict) -> list[Target]:
     if rss and rss.get("target"):
         out.append(Target(**rss["target"]))
     else:
-        out.append(Target("1M-record window peak RSS < 300 MB", "n/a", "run with --rss"))
+        out.append(Target("1M-record window peak RSS < 250 MB", "n/a", "run with --rss"))
     upsert = sections.get("upsert")
     if upsert and upsert.get("target"):
         out.append(Target(**upsert["target"]))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from typing import Iterator, TypeVar
 
 T = TypeVar("T")
@@ -21,14 +22,24 @@ class _Failure:
         self.exc = exc
 
 
-def prefetch(iterator: Iterator[T], depth: int = 2) -> Iterator[T]:
-    """Yield the items of `iterator`, produced up to `depth` items ahead in a worker thread."""
-    items: queue.Queue = queue.Queue(maxsize=depth)
-    stop = threading.Event()
+class Prefetch:
+    """The items of an iterator, produced up to `depth` items ahead in a worker thread.
 
-    def work() -> None:
+    Iterate it once. `next_ready(timeout)` says whether the next item (or the end) is already
+    waiting, so the consumer can do work that is free while it would wait anyway.
+    """
+
+    def __init__(self, iterator: Iterator[T], depth: int = 2):
+        self._items: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._iterator = iterator
+        self._worker = threading.Thread(target=self._work, name="page-prefetch", daemon=True)
+        self._worker.start()
+
+    def _work(self) -> None:
+        items, stop = self._items, self._stop
         try:
-            for item in iterator:
+            for item in self._iterator:
                 while not stop.is_set():
                     try:
                         items.put(item, timeout=0.1)
@@ -41,16 +52,30 @@ def prefetch(iterator: Iterator[T], depth: int = 2) -> Iterator[T]:
         except BaseException as exc:  # handed to the consumer, raised there
             items.put(_Failure(exc))
 
-    worker = threading.Thread(target=work, name="page-prefetch", daemon=True)
-    worker.start()
-    try:
-        while True:
-            item = items.get()
-            if item is _DONE:
-                return
-            if isinstance(item, _Failure):
-                raise item.exc
-            yield item
-    finally:
-        stop.set()
-        worker.join(timeout=30)
+    def next_ready(self, timeout: float = 0.0) -> bool:
+        """True if the next item is waiting now, or arrives within `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while self._items.empty():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(left, 0.005))
+        return True
+
+    def __iter__(self) -> Iterator[T]:
+        try:
+            while True:
+                item = self._items.get()
+                if item is _DONE:
+                    return
+                if isinstance(item, _Failure):
+                    raise item.exc
+                yield item
+        finally:
+            self._stop.set()
+            self._worker.join(timeout=30)
+
+
+def prefetch(iterator: Iterator[T], depth: int = 2) -> Prefetch:
+    """The items of `iterator`, produced up to `depth` items ahead in a worker thread."""
+    return Prefetch(iterator, depth)

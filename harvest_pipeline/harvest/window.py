@@ -29,7 +29,7 @@ from harvest_pipeline.store import connect as store_connect
 from harvest_pipeline.store import ledger
 from harvest_pipeline.store.backend import run_write
 from harvest_pipeline.store.merge import MergeCounts, merge_staging
-from harvest_pipeline.store.staging import StagingWindow, staging_path
+from harvest_pipeline.store.staging import STAGING_COMMIT_SECONDS, StagingWindow, staging_commit_rows, staging_path
 from harvest_pipeline.store.window_parts import PartLedger, part_staging_path
 
 Connect = Callable[[], AbstractContextManager[duckdb.DuckDBPyConnection]]
@@ -422,12 +422,13 @@ def _run_token_loop(
     described: dict,
     quirks: set[str],
 ) -> None:
-    """Fetch pages from the cursor's position until the list ends, committing each page.
+    """Fetch pages from the cursor's position until the list ends, committing them in batches.
 
     `quirks`: what the source's server is known to do; quirks this traversal proves are added.
 
     Fetching, parsing, guarding and mapping run a page or two ahead in a worker thread
-    (`prefetch`); this thread only commits pages, in order, each with the token after it.
+    (`prefetch`); this thread only commits pages, in order, each batch with the token after its
+    last page (see `commit` below for how many pages a batch holds).
     """
     cursor = staging.cursor()
     guards = _Guards(cursor.received + cursor.quarantined_unparsed, source.traversal, first_identifier=staging.first_identifier(), quirks=quirks)
@@ -437,19 +438,50 @@ def _run_token_loop(
         size=cursor.complete_list_size, seconds_granularity="hh" in (described.get("granularity") or ""),
     )
     pages_done, received, size = cursor.pages, cursor.received, cursor.complete_list_size
-    for page, rows, quarantined, warnings in prefetch(prepared):
-        crashpoint("after-fetch")
-        staging.write_page(
-            rows, next_token=page.next_token, complete_list_size=page.resumption.complete_list_size,
-            response_date=page.response_date, warnings=warnings, quarantined=quarantined, repaired=page.repaired,
-        )
-        pages_done, received = pages_done + 1, received + rows.num_rows
-        size = size if size is not None else page.resumption.complete_list_size
+    commit_rows = staging_commit_rows()
+    pending_since = None
+
+    def commit() -> None:
+        nonlocal pages_done, received, pending_since
+        rows_now = staging.pending_rows
+        committed = staging.commit_pages()
+        pending_since = None
+        if not committed:
+            return
+        pages_done, received = pages_done + committed, received + rows_now
         if progress is not None:
             progress({
                 "source_id": source.id, "window": window.key, "pages": pages_done,
                 "received": received, "complete_list_size": size,
             })
+
+    pages = prefetch(prepared)
+    try:
+        for page, rows, quarantined, warnings in pages:
+            crashpoint("after-fetch")
+            staging.stage_page(
+                rows, next_token=page.next_token, complete_list_size=page.resumption.complete_list_size,
+                response_date=page.response_date, warnings=warnings, quarantined=quarantined, repaired=page.repaired,
+            )
+            size = size if size is not None else page.resumption.complete_list_size
+            pending_since = pending_since or time.monotonic()
+            # Several pages per commit (a commit costs as much as a few hundred rows), but never more
+            # than `commit_rows` rows or a few seconds of them; and at once when the next page is
+            # not there yet: a slow server's wait pays for the commit.
+            if (commit_rows <= 1 or staging.pending_rows >= commit_rows
+                    or time.monotonic() - pending_since >= STAGING_COMMIT_SECONDS
+                    or not pages.next_ready(timeout=0.02)):
+                commit()
+    except Exception:
+        # The pages before the error are good: the cursor then points at the failing one. (A
+        # failed commit has emptied the batch already, so this one writes nothing.)
+        try:
+            commit()
+        except Exception as commit_error:  # never hide the error that ended the loop
+            log.warning("source %s, window %s: could not commit the pages before the error: %s",
+                        source.id, window.key, commit_error)
+        raise
+    commit()
     quirks |= guards.learned
 
 
@@ -472,6 +504,9 @@ def _prepared_pages(source, window, lister, pages, *, guards, pages_before, size
         # Records from the overlap were asked for: only those outside what we asked count as outside.
         asked_from = window.start - timedelta(seconds=source.overlap_seconds)
         rows, quarantined = page_rows(page, metadata_prefix=record_format_label(source), window_start=asked_from, window_end=window.end)
+        # The rows hold what the writer needs; the records (and the page's lxml tree they point
+        # into, ~10x the page's bytes) are let go before the page waits in the prefetch queue.
+        page.records = []
         yield page, rows, quarantined + capped, warnings
         if guards.list_ended:
             return  # the guards ended the list on a page that still carried a token

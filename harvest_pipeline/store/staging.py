@@ -1,16 +1,18 @@
 """One window's staging file: the pages received so far and the durable token cursor.
 
-Each window harvest writes its pages into its own small DuckDB file, one transaction per page
-holding the page's rows *and* the token that follows them. So a run killed at any point resumes
-from the last committed page, and the shared catalogue file is locked only for the short merge at
-the end, which lets windows of different sources harvest at the same time.
+Each window harvest writes its pages into its own small DuckDB file. One transaction holds one or
+more pages' rows *and* the token that follows the last of them. So a run killed at any point
+resumes after the last committed page (the pages staged but not yet committed are fetched again),
+and the shared catalogue file is locked only for the short merge at the end, which lets windows
+of different sources harvest at the same time.
 """
 
 from __future__ import annotations
 
 import fcntl
+import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -52,6 +54,30 @@ CREATE TABLE IF NOT EXISTS window_cursor (
 STAGING_SETTINGS = {"memory_limit": "64MB", "checkpoint_threshold": "64MB", "threads": 1}
 
 
+STAGING_COMMIT_ROWS_ENV = "HARVEST_STAGING_COMMIT_ROWS"
+# Each commit costs about as much as writing a few hundred rows; a crash re-fetches at most this
+# many rows' pages (and at most STAGING_COMMIT_SECONDS of them).
+DEFAULT_STAGING_COMMIT_ROWS = 1_000
+STAGING_COMMIT_SECONDS = 2.0
+
+
+def staging_commit_rows() -> int:
+    """Rows staged before a commit (HARVEST_STAGING_COMMIT_ROWS; 0 or 1: every page)."""
+    raw = os.environ.get(STAGING_COMMIT_ROWS_ENV)
+    return max(0, int(raw)) if raw else DEFAULT_STAGING_COMMIT_ROWS
+
+
+@dataclass
+class _PendingPage:
+    rows: pa.Table
+    next_token: str | None
+    complete_list_size: int | None
+    response_date: str | None
+    warnings: list[str]
+    quarantined: list[tuple] = field(default_factory=list)
+    repaired: int = 0
+
+
 @dataclass(frozen=True)
 class CursorState:
     attempt_id: str
@@ -88,6 +114,7 @@ class StagingWindow:
         self._lock = _acquire_window_lock(path.with_name(path.name + ".lock"), wait_seconds)
         self.con = _open_or_start_over(path, wait_seconds)
         self.con.execute(_DDL)
+        self._pending: list[_PendingPage] = []  # staged pages not yet committed
 
     # --- cursor -------------------------------------------------------------------------
     def cursor(self) -> CursorState | None:
@@ -101,6 +128,7 @@ class StagingWindow:
     def start_attempt(self, attempt_id: str, request_key: str) -> None:
         """Forget any earlier traversal and begin a new one from the window's from-bound."""
         now = utcnow()
+        self._pending = []
         self.con.execute("BEGIN TRANSACTION")
         self.con.execute("DELETE FROM page_records")
         self.con.execute("DELETE FROM page_quarantine")
@@ -128,35 +156,78 @@ class StagingWindow:
 
         `quarantined`: (page_number, identifier, kind, error, raw bytes) tuples.
         """
-        warnings = [redact_text(w) for w in warnings]  # no configured secret is ever stored
+        self.stage_page(rows, next_token=next_token, complete_list_size=complete_list_size,
+                        response_date=response_date, warnings=warnings, quarantined=quarantined, repaired=repaired)
+        self.commit_pages()
+
+    def stage_page(
+        self,
+        rows: pa.Table,
+        *,
+        next_token: str | None,
+        complete_list_size: int | None,
+        response_date: str | None,
+        warnings: list[str],
+        quarantined: list[tuple] = (),
+        repaired: int = 0,
+    ) -> None:
+        """Keep a page to commit with the next ones (`commit_pages`); lost if the process dies first."""
+        self._pending.append(_PendingPage(rows, next_token, complete_list_size, response_date, list(warnings),
+                                          list(quarantined), repaired))
+
+    @property
+    def pending_rows(self) -> int:
+        return sum(p.rows.num_rows for p in self._pending)
+
+    @property
+    def pending_pages(self) -> int:
+        return len(self._pending)
+
+    def commit_pages(self) -> int:
+        """Write the staged pages and advance the cursor past the last of them, in one transaction.
+
+        Returns how many pages were committed. The cursor's token is the one after the last page;
+        its list size and response date the first ones any page carried.
+        """
+        pending, self._pending = self._pending, []
+        if not pending:
+            return 0
+        warnings = [redact_text(w) for p in pending for w in p.warnings]  # no configured secret is ever stored
+        tables = [p.rows for p in pending if p.rows.num_rows]
+        received = sum(t.num_rows for t in tables)
+        quarantined = [(*q[:3], redact_text(q[3]) if q[3] else q[3], *q[4:]) for p in pending for q in p.quarantined]
+        last = pending[-1]
+        size = next((p.complete_list_size for p in pending if p.complete_list_size is not None), None)
+        response_date = next((p.response_date for p in pending if p.response_date is not None), None)
         self.con.execute("BEGIN TRANSACTION")
         try:
-            if rows.num_rows:
-                self.con.register("page_rows", rows)
+            if tables:
+                self.con.register("page_rows", tables[0] if len(tables) == 1 else pa.concat_tables(tables))
                 # By name: a staging file resumed after an upgrade may order its columns differently.
                 columns = ", ".join(PAGE_COLUMNS)
                 self.con.execute(f"INSERT INTO page_records ({columns}) SELECT {columns} FROM page_rows")
                 self.con.unregister("page_rows")
             if quarantined:
-                quarantined = [(*q[:3], redact_text(q[3]) if q[3] else q[3], *q[4:]) for q in quarantined]
                 self.con.executemany("INSERT INTO page_quarantine VALUES (?, ?, ?, ?, ?)", quarantined)
             crashpoint("mid-page-write")
             self.con.execute(
                 """
                 UPDATE window_cursor SET
-                    token = ?, closed = ?, pages = pages + 1, received = received + ?, repaired = repaired + ?,
+                    token = ?, closed = ?, pages = pages + ?, received = received + ?, repaired = repaired + ?,
                     complete_list_size = coalesce(complete_list_size, ?),
                     response_date = coalesce(response_date, ?),
                     warnings = list_concat(warnings, ?::VARCHAR[]),
                     updated_at = ?
                 WHERE id = 1
                 """,
-                [next_token, next_token is None, rows.num_rows, repaired, complete_list_size, response_date, warnings, utcnow()],
+                [last.next_token, last.next_token is None, len(pending), received, sum(p.repaired for p in pending),
+                 size, response_date, warnings, utcnow()],
             )
             self.con.execute("COMMIT")
         except Exception:
             self.con.execute("ROLLBACK")
             raise
+        return len(pending)
 
     def add_warning(self, text: str) -> None:
         self.con.execute("UPDATE window_cursor SET warnings = list_append(warnings, ?) WHERE id = 1", [redact_text(text)])
@@ -182,6 +253,7 @@ class StagingWindow:
         return row[0] if row else None
 
     def close(self) -> None:
+        self._pending = []  # never committed: fetched again by the next run
         if self.con is not None:
             self.con.close()
             self.con = None

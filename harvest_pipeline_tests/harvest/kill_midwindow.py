@@ -1,6 +1,7 @@
-"""Harvest one window and SIGKILL this very process after N pages (used by the crash tests).
+"""Harvest one window and SIGKILL this very process after N committed pages (used by the crash tests).
 
 usage: python kill_midwindow.py URL DB_PATH WINDOW_START_ISO KILL_AFTER_PAGES
+Pages are committed one by one unless HARVEST_STAGING_COMMIT_ROWS is set by the caller.
 """
 
 import os
@@ -13,6 +14,7 @@ from harvest_pipeline.sources.registry import SourceConfig
 
 
 def main() -> None:
+    os.environ.setdefault("HARVEST_STAGING_COMMIT_ROWS", "1")
     url, db_path, start_iso, kill_after = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     start = datetime.fromisoformat(start_iso)
     window = Window(start, start + timedelta(days=1), start.strftime("%Y-%m-%d"))

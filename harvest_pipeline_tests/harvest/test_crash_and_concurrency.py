@@ -19,8 +19,8 @@ pytestmark = pytest.mark.integration
 HARVEST_ONCE = Path(__file__).with_name("harvest_once.py")
 
 
-def _child(url, db, window, crashpoint=None, **kw):
-    env = {**os.environ}
+def _child(url, db, window, crashpoint=None, extra_env=None, **kw):
+    env = {**os.environ, **(extra_env or {})}
     env.pop("HARVEST_CRASHPOINT", None)
     if crashpoint:
         env["HARVEST_CRASHPOINT"] = crashpoint
@@ -40,7 +40,8 @@ def clean_table(shared_demo, tmp_path_factory):
 @pytest.mark.parametrize("point", ["after-fetch:2", "mid-page-write:2", "mid-merge", "after-merge"])
 def test_sigkill_at_any_point_then_rerun_gives_the_uninterrupted_table(shared_demo, tmp_path, clean_table, point):
     db = tmp_path / "h.duckdb"
-    proc = _child(shared_demo.url, db, day_window(2), crashpoint=point)
+    # One page per staging commit, so that every point is passed more than once.
+    proc = _child(shared_demo.url, db, day_window(2), crashpoint=point, extra_env={"HARVEST_STAGING_COMMIT_ROWS": "1"})
     proc.wait(timeout=120)
     assert proc.returncode == -9, proc.stderr.read()  # it really died there, by SIGKILL
     report = harvest_window(demo_source(shared_demo), day_window(2), db_path=db)
