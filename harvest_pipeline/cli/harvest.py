@@ -33,6 +33,7 @@ def cmd_harvest(args: argparse.Namespace) -> int:
 
     from harvest_pipeline.defs.factory import build_definitions, job_name
     from harvest_pipeline.defs.partitions import closed_windows
+    from harvest_pipeline.harvest import stop
     from harvest_pipeline.harvest.progress import subscribe
     from harvest_pipeline.harvest.watermark import launch_ranges
     from harvest_pipeline.sources import load_sources
@@ -87,6 +88,8 @@ def cmd_harvest(args: argparse.Namespace) -> int:
             print("\r" + line.ljust(78), end="", flush=True)
 
     ranges = launch_ranges(windows, selected, source.windows_per_run)
+    # SIGTERM/SIGINT: finish the current page, commit it, start no further window, exit 128+N.
+    stop.install()
     unsubscribe = subscribe(show)
     instance = dg.DagsterInstance.get()
     failures = 0
@@ -96,8 +99,11 @@ def cmd_harvest(args: argparse.Namespace) -> int:
         f"{args.source}: harvesting {len(selected)} window(s) {selected[0]} .. {selected[-1]} in {len(ranges)} run(s) "
         f"of up to {source.windows_per_run} (runs recorded in {os.environ['DAGSTER_HOME']})"
     )
+    stopped = 0
     try:
         for first, last in ranges:
+            if stop.requested() is not None:
+                break
             keys = selected[selected.index(first): selected.index(last) + 1]
             result = job.execute_in_process(
                 instance=instance,
@@ -109,9 +115,15 @@ def cmd_harvest(args: argparse.Namespace) -> int:
             )
             if interactive:
                 print("\r" + " " * 78 + "\r", end="")
+            if _interrupted_by_dagster(result):
+                stop.request()  # the signal came while Dagster, not the harvest, held the handlers
             outcomes = window_outcomes(result, keys)
             for key, outcome in outcomes.items():
                 done += 1
+                if stop.requested() is not None and not outcome.ok and not outcome.metadata:
+                    stopped += 1  # the stopped window, and the ones after it that never started
+                    print(f"[{done}/{len(selected)}] {key}: STOPPED: {window_failure_message(result, key)}", flush=True)
+                    continue
                 failures += 0 if outcome.ok else 1
                 for k in totals:
                     totals[k] += int(outcome.metadata.get(k, 0) or 0)
@@ -121,11 +133,28 @@ def cmd_harvest(args: argparse.Namespace) -> int:
     finally:
         unsubscribe()
     watermark = _advance_watermark(args.source, partitions_def)
+    ok = len(selected) - failures - stopped - (len(selected) - done)
     print(
-        f"{args.source}: {len(selected) - failures}/{len(selected)} windows ok; {totals['records']} records, "
+        f"{args.source}: {ok}/{len(selected)} windows ok; {totals['records']} records, "
         f"{totals['upserts']} upserts, {totals['deletions']} deletions; watermark {watermark or '(none)'}"
     )
+    signum = stop.requested()
+    if signum is not None:
+        print(
+            f"{args.source}: stopped by {stop.signal_name(signum)} after {ok} of {len(selected)} window(s); the pages "
+            "received are committed: run the same command again, it resumes from the last committed page"
+        )
+        return stop.exit_code(signum)
     return 1 if failures else 0
+
+
+def _interrupted_by_dagster(result) -> bool:
+    """A signal that reached Dagster's own handler (between steps) fails the run with this error."""
+    return any(
+        e.is_step_failure and e.step_failure_data.error is not None
+        and e.step_failure_data.error.cls_name == "DagsterExecutionInterruptedError"
+        for e in result.all_events
+    )
 
 
 def _facts_ready(source) -> bool:

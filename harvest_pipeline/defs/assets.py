@@ -19,7 +19,7 @@ from harvest_pipeline.defs.partitions import closed_windows, partitions_for
 from harvest_pipeline.defs.report import progress_logger, report_metadata
 from harvest_pipeline.defs.resources import catalogue_connector, catalogue_path
 from harvest_pipeline.errors import DeferredError, HarvestError
-from harvest_pipeline.harvest import Window, WindowReport, harvest_partition
+from harvest_pipeline.harvest import Window, WindowReport, harvest_partition, stop
 from harvest_pipeline.harvest.listers import lister_for
 from harvest_pipeline.harvest.server_facts import describe_server, read_facts, remember
 from harvest_pipeline.harvest.watermark import advance_stored
@@ -92,17 +92,19 @@ def build_window_asset(source: SourceConfig, start: datetime, start_note: str) -
         )
 
     def window_asset(context: dg.AssetExecutionContext, duckdb: DuckDBResource):
-        run = WindowRun(context, source, key, partitions_def, duckdb)
-        keys = list(context.partition_keys)
-        if len(keys) == 1:
-            # One window per run, as before ranged runs: its events carry the run's partition.
-            report = run.harvest(keys[0])
-            yield dg.MaterializeResult(metadata=report_metadata(context, report))
-            for name, verdict in report.checks.items():
-                yield check_result(name, verdict)
-            run.advance_watermark()
-            return
-        yield from run.harvest_range(keys)
+        # Under `harvest-pipeline harvest`, SIGTERM/SIGINT stop at a page boundary (harvest/stop.py).
+        with stop.handling_signals():
+            run = WindowRun(context, source, key, partitions_def, duckdb)
+            keys = list(context.partition_keys)
+            if len(keys) == 1:
+                # One window per run, as before ranged runs: its events carry the run's partition.
+                report = run.harvest(keys[0])
+                yield dg.MaterializeResult(metadata=report_metadata(context, report))
+                for name, verdict in report.checks.items():
+                    yield check_result(name, verdict)
+                run.advance_watermark()
+                return
+            yield from run.harvest_range(keys)
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dg.BetaWarning)
@@ -143,8 +145,16 @@ class WindowRun:
         failing_checks: dict[str, list[str]] = {name: [] for name in CHECK_DESCRIPTIONS}
         recorder = EventRecorder(self.context, self.key)
         for n, partition_key in enumerate(keys, 1):
+            if stop.requested() is not None:
+                # Stopped: the windows after the stopped one are not started (they stay missing).
+                failed[partition_key] = f"not started: the harvest was stopped by {stop.signal_name(stop.requested())}"
+                continue
             try:
                 report = self.harvest(partition_key)
+            except stop.HarvestStopped as exc:
+                failed[partition_key] = _first_line(exc)
+                self.context.log.warning(f"{self.source.id} {partition_key} ({n}/{len(keys)}): {exc}")
+                continue
             except Exception as exc:  # noqa: BLE001 - the ledger has it; the other windows still run
                 failed[partition_key] = _first_line(exc)
                 self.context.log.error(f"{self.source.id} {partition_key} ({n}/{len(keys)}): {exc}")
@@ -158,6 +168,13 @@ class WindowRun:
         # Dagster wants each declared check once per run: a summary of the range (partition None).
         for name, bad in failing_checks.items():
             yield range_summary(name, keys, bad, failed)
+        if stop.requested() is not None:
+            raise dg.Failure(
+                description=f"stopped by {stop.signal_name(stop.requested())}: {len(keys) - len(failed)} of "
+                f"{len(keys)} windows done; the stopped window resumes from its last committed page when it runs again",
+                metadata={"failed_windows": dg.MetadataValue.json(failed)},
+                allow_retries=False,
+            )
         if failed:
             shown = "; ".join(f"{k}: {why}" for k, why in list(failed.items())[:10])
             raise dg.Failure(

@@ -34,6 +34,7 @@ from harvest_pipeline.errors import (
     BadResumptionToken, DeferredError, HarvestError, HTTPStatusError, ResponseTooLarge, TransportError, WindowBusyError,
 )
 from harvest_pipeline.harvest.listers import Lister, lister_for
+from harvest_pipeline.harvest.stop import HarvestStopped
 from harvest_pipeline.harvest.window import (
     CheckVerdict, Connect, Progress, Window, WindowReport, _status_for, harvest_window,
 )
@@ -198,7 +199,8 @@ def _split(run: _Run, win: Window, depth: int, book, reason: str) -> None:
             except WindowBusyError:
                 raise  # another run holds that part: it owns the rows
             except BaseException as exc:
-                _record_part_failure(run, win, book, part, exc)
+                if not isinstance(exc, HarvestStopped):  # a stopped split resumes as it stood
+                    _record_part_failure(run, win, book, part, exc)
                 raise
         with run.connect() as con, transaction(con):
             _write_combined(con, run, win, depth, book, len(parts), reason)

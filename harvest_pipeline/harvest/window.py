@@ -19,6 +19,7 @@ from harvest_pipeline.errors import (
 )
 from harvest_pipeline.crashpoints import crashpoint
 from harvest_pipeline.harvest.budget import TraversalBudget, bind_time_budget
+from harvest_pipeline.harvest import stop
 from harvest_pipeline.harvest.listers import Lister, lister_for
 from harvest_pipeline.harvest.plausibility import cap_future_datestamps
 from harvest_pipeline.harvest.prefetch import prefetch
@@ -312,7 +313,10 @@ def harvest_window(
                 hint="raise HARVEST_DUCKDB_MEMORY_LIMIT (default 1GB) and run the window again; "
                 "nothing is lost, the staged pages are kept",
             )
-        _record_failure(connect, source, window, exc, book)
+        if not isinstance(exc, stop.HarvestStopped):
+            # A stopped window keeps its `running` row and its cursor, as a killed run leaves
+            # them: the next run takes it over from the last committed page.
+            _record_failure(connect, source, window, exc, book)
         if isinstance(exc, HarvestError):
             raise exc.with_context(**ctx) from None
         raise
@@ -433,7 +437,9 @@ def _run_token_loop(
     cursor = staging.cursor()
     guards = _Guards(cursor.received + cursor.quarantined_unparsed, source.traversal, first_identifier=staging.first_identifier(), quirks=quirks)
     prepared = _prepared_pages(
-        source, window, lister, lister.pages(from_param=from_param, until_param=until_param, resume_token=cursor.token),
+        source, window, lister,
+        # After a stop request the prefetch thread asks for no further page.
+        stop.until_stopped(lister.pages(from_param=from_param, until_param=until_param, resume_token=cursor.token)),
         guards=guards, pages_before=cursor.pages,
         size=cursor.complete_list_size, seconds_granularity="hh" in (described.get("granularity") or ""),
     )
@@ -472,6 +478,8 @@ def _run_token_loop(
                     or time.monotonic() - pending_since >= STAGING_COMMIT_SECONDS
                     or not pages.next_ready(timeout=0.02)):
                 commit()
+            if page.next_token is not None:
+                stop.check(source_id=source.id, window=window.key, pages=pages_done)
     except Exception:
         # The pages before the error are good: the cursor then points at the failing one. (A
         # failed commit has emptied the batch already, so this one writes nothing.)
@@ -482,6 +490,8 @@ def _run_token_loop(
                         source.id, window.key, commit_error)
         raise
     commit()
+    if not staging.cursor().closed:
+        stop.check(source_id=source.id, window=window.key, pages=pages_done)
     quirks |= guards.learned
 
 
