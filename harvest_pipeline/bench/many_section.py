@@ -237,7 +237,7 @@ def run_level(args, max_runs: str, urls: list[str], first_day: str, farm, folder
                         break
                     if time.time() - last_log > 30:
                         last_log = time.time()
-                        log(f"  {time.time() - t0:.0f} s: {len(runs)} runs ({flying} in flight),"
+                        log(f"  {time.time() - t0:.0f} s: {len(runs)} runs ({flying} in flight), {complete}/{n} sources done,"
                             f" machine +{sampler.peak_used_mb:,.0f} MB peak")
                 wall = time.time() - t0
                 starts = [r.create_timestamp.timestamp() for r in runs]
