@@ -80,6 +80,15 @@ Sections (each only when asked; ``--all`` = all of them), each with its own tabl
     ``--sources-levels`` (1,2,5,10,20) sources at once, each a separate process harvesting one
     window of ``--sources-records`` (10,000) from its own provider on its own loopback address,
     one shared catalogue; total records/s and CPU share per level, ``--sources-runs`` (1).
+``--many-sources [N]``
+    N (100; ``--quick`` 10) latency-bound sources brought up to date at once by ``dagster dev``
+    alone: one provider-farm process (``provider_farm``) serves a demo provider per source, each
+    on its own loopback address 127.0.0.(k+2), ``--many-days`` (3) closed daily windows of
+    ``--many-records-per-day`` (100), page size ``--many-page-size`` (50), ``--many-delay-ms``
+    (2000) per response. ``--many-max-runs`` (``shipped``) is a comma list of
+    max_concurrent_runs to measure (``shipped`` = dagster.yaml as it is). Wall time and records/s
+    against one source's own server time (pages x delay), whole-machine peak memory, the
+    ``dagster dev`` tree's and the farm's RSS. Targets: >= 80% of server-bound; <= 8 GB.
 ``--profile``
     harvest_window on ``--profile-records`` (50,000) under ``--profiler`` cprofile|pyinstrument
     (``--profile-contender dagster`` profiles the Dagster path instead): time per stage, top

@@ -13,20 +13,21 @@ from pathlib import Path
 
 from harvest_pipeline.bench.contenders import ORDER, parse_names
 
-SECTIONS = ("rss", "upsert", "backfill", "defs_load", "daemon", "sources", "profile", "shared")
+SECTIONS = ("rss", "upsert", "backfill", "defs_load", "daemon", "sources", "profile", "shared", "many")
 
 # --quick: tiny sizes everywhere, one run, no warm-up (a smoke run, not a measurement).
 QUICK = dict(records=2000, page_size=100, runs=1, warmup=0, rss_sizes="2000,20000", rss_page_size=500,
              upsert_rows=5000, upsert_existing=20000, upsert_window=150, upsert_window_existing=20000,
              backfill_days=3, backfill_records_per_day=50, backfill_modes="cli,direct", sources_levels="1,2",
              sources_records=2000, profile_records=5000, defs_sources=20, defs_runs=1, daemon_days=3,
-             daemon_delay_ms=100, shared_levels="1,4", shared_rows=200, shared_windows=2)
+             daemon_delay_ms=100, shared_levels="1,4", shared_rows=200, shared_windows=2,
+             many_sources=10, many_delay_ms=500, many_timeout=600)
 FULL = dict(records=100_000, page_size=200, runs=5, warmup=1, rss_sizes="100000,1000000", rss_page_size=500,
             upsert_rows=100_000, upsert_existing=1_000_000, upsert_window=150, upsert_window_existing=2_000_000,
             backfill_days=365, backfill_records_per_day=150, backfill_modes="cli,direct",
             sources_levels="1,2,5,10,20", sources_records=10_000, profile_records=50_000, defs_sources=200,
             defs_runs=5, daemon_days=40, daemon_delay_ms=800, shared_levels="1,4,16", shared_rows=2000,
-            shared_windows=4)
+            shared_windows=4, many_sources=100, many_delay_ms=2000, many_timeout=1800)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -93,6 +94,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--shared-rows", type=int, help="rows per window (default 2,000)")
     s.add_argument("--shared-windows", type=int, help="windows per writer (default 4: created, revised, created, revised)")
     s.add_argument("--shared-kinds", default="embedded,postgres,ducklake", help="comma list (default embedded,postgres,ducklake)")
+    s.add_argument("--many-sources", dest="many", type=int, nargs="?", const=-1, metavar="N",
+                   help="N latency-bound sources (default 100, --quick 10), one demo provider each on its own "
+                        "loopback address, brought up to date at once by `dagster dev` alone")
+    s.add_argument("--many-days", type=int, default=3, help="closed daily windows per source (default 3)")
+    s.add_argument("--many-records-per-day", type=int, default=100, help="records per window (default 100)")
+    s.add_argument("--many-page-size", type=int, default=50, help="records per ListRecords page (default 50)")
+    s.add_argument("--many-delay-ms", type=int, help="delay before every OAI-PMH response (default 2000)")
+    s.add_argument("--many-max-runs", default="shipped",
+                   help="comma list of max_concurrent_runs to measure; 'shipped' = dagster.yaml as it is (default)")
+    s.add_argument("--many-timeout", type=float, help="seconds one level may take (default 1800)")
+    s.add_argument("--many-port", type=int, default=3391, help="UI port of the `dagster dev` it starts (default 3391)")
     o = p.add_argument_group("output and housekeeping")
     o.add_argument("--json", dest="json_path", help="also write every number to this JSON file")
     o.add_argument("--workdir", help="scratch folder (default: a new temp folder, removed at the end)")
@@ -110,6 +122,8 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     if args.all:
         for name in SECTIONS:
             setattr(args, name, True)
+    if args.many is True or args.many == -1:  # --all, or --many-sources without N
+        args.many = args.many_sources
     return args
 
 

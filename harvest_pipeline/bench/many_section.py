@@ -1,0 +1,358 @@
+"""--many-sources N: N latency-bound sources brought up to date at once by `dagster dev` alone.
+
+One provider-farm process (``provider_farm``) serves N demo providers, source k on its own
+loopback address 127.0.0.(k + 2), each with ``--many-days`` (3) closed daily windows of
+``--many-records-per-day`` (100) records, page size ``--many-page-size`` (50), every OAI-PMH
+response delayed ``--many-delay-ms`` (2000 ms): the servers, not the CPU, should be the limit.
+Per level of ``--many-max-runs`` (default ``shipped``: the project's dagster.yaml as it is; a
+number overrides ``concurrency.runs.max_concurrent_runs`` in the copy), on a fresh Dagster home
+and catalogue: write the sources file, store the server facts (``harvest-pipeline facts``, with
+the delay off: a deployment stores them once, when a source is added), set every source's pool
+to 1, switch the delay on, start ``dagster dev`` and wait (at most ``--many-timeout``) until
+every window of every source is materialized and no run is in flight; then stop it and read the
+ledger.
+
+Server-bound time of one source = its ListRecords pages (ledger) x delay: what it cannot go
+below with one request at a time. All sources served at once, the whole catalogue could be up to
+date in that time, so the bar is records / (one source's server time); the ratio reported is the
+aggregate records/s over that bar (= one source's server time / wall). Target >= 0.8.
+
+Memory: the whole machine's used memory (MemTotal - MemAvailable, every 0.5 s) minus its value
+just before ``dagster dev`` starts (other work on the machine moves it too: noisy), the summed RSS
+of the ``dagster dev`` process tree (webserver, daemon, code server, run processes), the largest
+run process, and the provider farm's RSS, reported separately. Target: machine peak <= 8 GB.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from datetime import timedelta
+from pathlib import Path
+
+from harvest_pipeline.bench.daemon_section import _stop
+from harvest_pipeline.bench.report import n1, table
+from harvest_pipeline.bench.spec import child_env, default_day, midnight
+
+ROOT = Path(__file__).resolve().parents[2]
+FIRST_HOST = 2  # 127.0.0.1 stays free for everything else on the machine
+TARGET_RATIO = 0.8
+TARGET_MEMORY_GB = 8.0
+SAMPLE_S = 0.5
+
+
+def _meminfo_used_mb() -> float:
+    fields = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            fields[key] = int(rest.split()[0])  # kB
+    return (fields["MemTotal"] - fields["MemAvailable"]) / 1024
+
+
+class _Sampler(threading.Thread):
+    """Samples machine memory and the process trees' RSS every SAMPLE_S until stopped."""
+
+    def __init__(self, dev_pid: int, farm_pid: int, baseline_mb: float):
+        super().__init__(daemon=True)
+        self.dev_pid, self.farm_pid, self.baseline_mb = dev_pid, farm_pid, baseline_mb
+        self.peak_used_mb = self.peak_tree_mb = self.peak_run_mb = self.peak_farm_mb = 0.0
+        self.peak_runs = 0
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        import psutil
+
+        while not self.halt.wait(SAMPLE_S):
+            self.peak_used_mb = max(self.peak_used_mb, _meminfo_used_mb() - self.baseline_mb)
+            try:
+                tree = [psutil.Process(self.dev_pid), *psutil.Process(self.dev_pid).children(recursive=True)]
+            except psutil.Error:
+                continue
+            total = 0.0
+            runs = 0
+            for p in tree:
+                try:
+                    rss = p.memory_info().rss / (1 << 20)
+                    total += rss
+                    # A run process: the code server spawns it via multiprocessing (`spawn_main`);
+                    # other launchers use `dagster api execute_run`.
+                    cmd = " ".join(p.cmdline())
+                    if "spawn_main" in cmd or "execute_run" in cmd:
+                        runs += 1
+                        self.peak_run_mb = max(self.peak_run_mb, rss)
+                except psutil.Error:
+                    pass
+            self.peak_tree_mb = max(self.peak_tree_mb, total)
+            self.peak_runs = max(self.peak_runs, runs)
+            try:
+                self.peak_farm_mb = max(self.peak_farm_mb, psutil.Process(self.farm_pid).memory_info().rss / (1 << 20))
+            except psutil.Error:
+                pass
+
+
+def _start_farm(n: int, days: int, records_per_day: int, page_size: int, workdir: Path, log):
+    day = default_day()
+    cmd = [sys.executable, "-m", "harvest_pipeline.bench.provider_farm", "--count", str(n),
+           "--first-host", str(FIRST_HOST), "--days", str(days), "--records-per-day", str(records_per_day),
+           "--page-size", str(page_size), "--end-day", day.isoformat(),
+           "--now", (midnight(day) + timedelta(days=1)).isoformat()]
+    errf = open(workdir / "provider_farm.log", "wb")  # noqa: SIM115 - closed with the farm
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, stdin=subprocess.DEVNULL, env=child_env(),
+                            text=True, start_new_session=True)
+    from harvest_pipeline.bench.provider_farm import READY_PREFIX
+
+    line = proc.stdout.readline()  # the farm prints its ready line or exits
+    if not line.startswith(READY_PREFIX):
+        _stop(proc)
+        errf.close()
+        raise RuntimeError(f"the provider farm did not start: {(workdir / 'provider_farm.log').read_text()[-500:]}")
+    urls = json.loads(line[len(READY_PREFIX):])["urls"]
+    log(f"many: {n} demo providers in one process (pid {proc.pid}), {urls[0]} .. {urls[-1]}")
+    first = (day - timedelta(days=days - 1)).isoformat()
+    return proc, errf, urls, first
+
+
+def _admin(url: str, method: str, path: str, data: dict | None = None) -> dict:
+    base = url[: -len("/oai")]
+    body = json.dumps(data).encode() if data is not None else None
+    req = urllib.request.Request(base + path, data=body, method=method,
+                                 headers={"Content-Type": "application/json"} if body else {})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return json.loads(resp.read())
+
+
+def _set_delay(urls: list[str], delay_ms: int) -> None:
+    for url in urls:
+        _admin(url, "POST", "/admin/options", {"slow_ms": delay_ms})
+
+
+def _requests_served(urls: list[str]) -> int | None:
+    try:
+        return sum(int(_admin(u, "GET", "/admin/faults").get("requests") or 0) for u in urls)
+    except Exception:  # noqa: BLE001 - a count for the report only
+        return None
+
+
+def _dagster_yaml(home: Path, max_runs: str) -> int:
+    """Copy the project's dagster.yaml into `home`, overriding max_concurrent_runs unless `shipped`."""
+    text = (ROOT / "dagster.yaml").read_text()
+    shipped = int(re.search(r"max_concurrent_runs:\s*(\d+)", text).group(1))
+    if max_runs != "shipped":
+        text = re.sub(r"max_concurrent_runs:\s*\d+", f"max_concurrent_runs: {int(max_runs)}", text)
+    (home / "dagster.yaml").write_text(text)
+    return shipped if max_runs == "shipped" else int(max_runs)
+
+
+def _done(instance, ids: list[str], days: int) -> tuple[int, int, list]:
+    """(sources with every window materialized, runs in flight, run records)."""
+    import dagster as dg
+
+    runs = instance.get_run_records()
+    flying = sum(1 for r in runs if not r.dagster_run.is_finished)
+    complete = 0
+    if runs and not flying:  # the per-asset reads only once the queue is empty
+        for sid in ids:
+            recs = instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=dg.AssetKey(["harvest", sid])), limit=10_000).records
+            complete += len({r.partition_key for r in recs}) >= days
+    return complete, flying, runs
+
+
+def _ledger(db: Path) -> dict:
+    import duckdb
+
+    if not db.exists():
+        return {"windows": 0, "verified": 0, "records": 0, "pages": {}}
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        statuses = dict(con.execute("SELECT status, count(*) FROM harvest_windows GROUP BY 1").fetchall())
+        records = con.execute("SELECT coalesce(sum(received), 0) FROM harvest_windows").fetchone()[0]
+        pages = dict(con.execute("SELECT source_id, coalesce(sum(pages), 0) FROM harvest_windows GROUP BY 1").fetchall())
+    finally:
+        con.close()
+    return {"windows": sum(statuses.values()), "verified": statuses.get("verified", 0), "statuses": statuses,
+            "records": int(records), "pages": {k: int(v) for k, v in pages.items()}}
+
+
+def run_level(args, max_runs: str, urls: list[str], first_day: str, farm, folder: Path, log) -> dict:
+    import dagster as dg
+
+    n, days, delay_ms = len(urls), args.many_days, args.many_delay_ms
+    folder.mkdir(parents=True, exist_ok=True)
+    home = folder / "dagster_home"
+    home.mkdir(parents=True, exist_ok=True)
+    limit = _dagster_yaml(home, max_runs)
+    db = folder / "data" / "harvest.duckdb"
+    ids = [f"many{k + 1:03d}" for k in range(n)]
+    (folder / "sources.yaml").write_text("sources:\n" + "".join(
+        f"  - id: {sid}\n    url: {url}\n    window: day\n    start: {first_day}\n" for sid, url in zip(ids, urls)))
+    (folder / "workspace.yaml").write_text(
+        "load_from:\n  - python_module:\n      module_name: harvest_pipeline.definitions\n"
+        "      location_name: harvest_pipeline\n      working_directory: .\n")
+    env = child_env({"HARVEST_SOURCES_FILE": folder / "sources.yaml", "HARVEST_DUCKDB_PATH": db,
+                     "DAGSTER_HOME": home})
+    _set_delay(urls, 0)
+    facts = subprocess.run([sys.executable, "-m", "harvest_pipeline.cli", "facts"], cwd=folder, env=env,
+                           capture_output=True, text=True, timeout=600)
+    if facts.returncode != 0:
+        raise RuntimeError(f"harvest-pipeline facts failed: {(facts.stdout + facts.stderr)[-800:]}")
+    # Pools get their limit of 1 before the first run is queued (see daemon_section: a new pool's
+    # first dequeue pass may otherwise start two of its runs).
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        for sid in ids:
+            instance.event_log_storage.set_concurrency_slots(f"harvest_{sid}", 1)
+    _set_delay(urls, delay_ms)
+    requests0 = _requests_served(urls)
+    load0 = os.getloadavg()
+    baseline = _meminfo_used_mb()
+    log(f"many: {n} sources x {days} windows, {delay_ms} ms per response, max_concurrent_runs {limit}"
+        f" ({max_runs}); load {load0[0]:.1f}")
+    t0 = time.time()
+    complete = flying = 0
+    runs: list = []
+    with open(folder / "dagster_dev.log", "wb") as logf:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dagster", "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(args.many_port)],
+            cwd=folder, env=env, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+        sampler = _Sampler(proc.pid, farm.pid, baseline)
+        sampler.start()
+        try:
+            with dg.DagsterInstance.from_config(str(home)) as instance:
+                deadline = t0 + args.many_timeout
+                last_log = t0
+                while time.time() < deadline:
+                    time.sleep(2.0)
+                    if proc.poll() is not None:
+                        raise RuntimeError(f"dagster dev exited with {proc.returncode}; see {folder / 'dagster_dev.log'}")
+                    complete, flying, runs = _done(instance, ids, days)
+                    if complete >= n and not flying:
+                        break
+                    if time.time() - last_log > 30:
+                        last_log = time.time()
+                        log(f"  {time.time() - t0:.0f} s: {len(runs)} runs ({flying} in flight), {complete}/{n} sources done,"
+                            f" machine +{sampler.peak_used_mb:,.0f} MB peak")
+                wall = time.time() - t0
+                starts = [r.create_timestamp.timestamp() for r in runs]
+                ends = [r.end_time for r in runs if r.end_time]
+                statuses: dict = {}
+                for r in runs:
+                    statuses[r.dagster_run.status.value] = statuses.get(r.dagster_run.status.value, 0) + 1
+        finally:
+            sampler.halt.set()
+            sampler.join(5)
+            _stop(proc)
+    load1 = os.getloadavg()
+    requests = _requests_served(urls)
+    ledger = _ledger(db)
+    pages = sorted(ledger["pages"].values())
+    one_source_s = (max(pages) if pages else 0) * delay_ms / 1000
+    rate = ledger["records"] / wall if wall else 0.0
+    bar = ledger["records"] / one_source_s if one_source_s else None
+    return {
+        "max_concurrent_runs": limit, "setting": max_runs, "sources": n, "days": days, "delay_ms": delay_ms,
+        "wall_s": wall, "timed_out": complete < n or bool(flying), "sources_complete": complete,
+        "runs": len(runs), "run_statuses": statuses,
+        "runs_span_s": (max(ends) - min(starts)) if starts and ends else None,
+        "windows_expected": n * days, "windows_verified": ledger["verified"], "ledger_statuses": ledger.get("statuses"),
+        "records": ledger["records"], "pages_per_source_max": max(pages) if pages else 0,
+        "pages_total": sum(pages), "oai_requests": (requests - requests0) if requests is not None and requests0 is not None else None,
+        "one_source_server_s": one_source_s, "rate": rate, "server_bound_rate": bar,
+        "ratio": rate / bar if bar else None,
+        # The catch-up alone (first run created .. last run ended): `dagster dev`'s start-up is paid
+        # once per deployment, not per catch-up.
+        "runs_ratio": (one_source_s / ((max(ends) - min(starts)))) if starts and ends and one_source_s else None,
+        "machine_peak_mb": sampler.peak_used_mb, "baseline_used_mb": baseline,
+        "harvester_tree_peak_mb": sampler.peak_tree_mb, "run_process_peak_mb": sampler.peak_run_mb,
+        "run_processes_peak": sampler.peak_runs, "farm_peak_mb": sampler.peak_farm_mb,
+        "load_before": load0, "load_after": load1,
+    }
+
+
+def run(args, workdir: Path, *, log=print) -> dict:
+    n = args.many
+    workdir.mkdir(parents=True, exist_ok=True)
+    levels = [x.strip() for x in str(args.many_max_runs).split(",") if x.strip()]
+    out: dict = {"sources": n, "levels": []}
+    farm, errf, urls, first_day = _start_farm(n, args.many_days, args.many_records_per_day, args.many_page_size,
+                                              workdir, log)
+    try:
+        for k, setting in enumerate(levels):
+            res = run_level(args, setting, urls, first_day, farm,
+                            workdir / f"level{k}-{setting}", log)
+            out["levels"].append(res)
+            log(f"  max_concurrent_runs {res['max_concurrent_runs']}: {res['windows_verified']}/{res['windows_expected']}"
+                f" windows verified in {res['wall_s']:.0f} s, ratio {n1(res['ratio'])}")
+    finally:
+        _stop(farm)
+        errf.close()
+    _print(out, args)
+    out["targets"] = _targets(out)
+    return out
+
+
+def _mb(v) -> str:
+    return f"{v:,.0f}" if v is not None else "-"
+
+
+def _print(out: dict, args) -> None:
+    lv = out["levels"]
+    if not lv:
+        return
+    first = lv[0]
+    print()
+    print(f"== {out['sources']} latency-bound sources at once through `dagster dev` (sensor on): {first['days']} daily"
+          f" windows each, {args.many_records_per_day} records/day, page size {args.many_page_size},"
+          f" {first['delay_ms']} ms per response ==")
+    rows = []
+    for r in lv:
+        rows.append([
+            f"{r['max_concurrent_runs']}" + (" (shipped)" if r["setting"] == "shipped" else ""),
+            f"{r['windows_verified']} / {r['windows_expected']}" + (" TIMEOUT" if r["timed_out"] else ""),
+            f"{r['records']:,}", f"{r['wall_s']:.0f}", n1(r["runs_span_s"]), f"{r['one_source_server_s']:.0f}",
+            f"{r['rate']:.1f}", n1(r["server_bound_rate"]), f"{r['ratio']:.3f}" if r["ratio"] else "-",
+            f"{r['runs_ratio']:.3f}" if r.get("runs_ratio") else "-",
+            _mb(r["machine_peak_mb"]), _mb(r["harvester_tree_peak_mb"]), str(r["run_processes_peak"]),
+            _mb(r["run_process_peak_mb"]), _mb(r["farm_peak_mb"]),
+            "{:.1f} / {:.1f}".format(r["load_before"][0], r["load_after"][0]),
+        ])
+    print(table(["max runs", "windows verified", "records", "wall s", "runs span s", "1 source server s",
+                 "rec/s", "bar rec/s", "ratio", "runs ratio", "machine peak MB", "dagster tree MB", "run procs",
+                 "run proc MB", "farm MB", "load 1m before/after"], rows))
+    print("1 source server s = the most ListRecords pages of one source (ledger) x delay: the wall time if every"
+          " source were served at once; bar rec/s = all records / that; ratio = rec/s / bar (target >= 0.8), from"
+          " starting `dagster dev`; runs ratio = the same over the catch-up alone (first run created .. last run ended).")
+    print("machine peak MB = peak (MemTotal - MemAvailable) minus its value just before `dagster dev` started (other"
+          " work on the machine moves it too); dagster tree = summed RSS of webserver, daemon, code server and run"
+          " processes; run proc MB = largest run process; farm = the one process serving every demo provider.")
+
+
+def _targets(out: dict) -> list[dict]:
+    lv = [r for r in out["levels"] if r.get("ratio") is not None]
+    if not lv:
+        return [{"name": "many sources: aggregate >= 80% of server-bound", "verdict": "n/a", "numbers": "no level ran"}]
+    shipped = next((r for r in lv if r["setting"] == "shipped"), lv[0])
+    best = max(lv, key=lambda r: r["ratio"])
+    ok = [r for r in lv if r["ratio"] >= TARGET_RATIO and r["windows_verified"] == r["windows_expected"]]
+
+    def desc(r):
+        return (f"{r['max_concurrent_runs']} runs: {r['rate']:.1f} rec/s vs bar {r['server_bound_rate']:.1f}"
+                f" = {r['ratio']:.2f} ({r['wall_s']:.0f} s wall vs {r['one_source_server_s']:.0f} s;"
+                f" catch-up alone {n1(r['runs_span_s'])} s = {n1(r.get('runs_ratio'))})")
+
+    return [
+        {"name": f"{out['sources']} sources via the daemon, shipped settings: >= 80% of server-bound",
+         "verdict": "PASS" if shipped in ok else "MISS",
+         "numbers": desc(shipped) + (f"; best level {desc(best)}" if best is not shipped else "")},
+        {"name": f"{out['sources']} sources via the daemon: machine peak memory <= 8 GB",
+         "verdict": "PASS" if max(r["machine_peak_mb"] for r in lv) <= TARGET_MEMORY_GB * 1024 else "MISS",
+         "numbers": "; ".join(f"{r['max_concurrent_runs']} runs: {r['machine_peak_mb']:,.0f} MB"
+                              f" (dagster tree {r['harvester_tree_peak_mb']:,.0f} MB)" for r in lv)},
+    ]
