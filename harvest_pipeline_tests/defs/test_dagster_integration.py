@@ -153,3 +153,30 @@ def requested_keys(defs, run_requests) -> list[str]:
 def ledger_start(defs, key):
     tw = defs.resolve_assets_def(ASSET).partitions_def.time_window_for_partition_key(key)
     return tw.start.replace(tzinfo=None)
+
+
+def test_a_busy_catalogue_after_the_merge_does_not_cost_the_window_its_metadata(shared_demo, db_path):
+    """The window is merged and verified before its metadata reads the catalogue again: a lock
+    there must not fail the window (the ledger would say verified, Dagster would show it missing)."""
+    import logging
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    from harvest_pipeline.defs.report import report_metadata
+    from harvest_pipeline.errors import StoreLockedError
+    from harvest_pipeline.harvest import harvest_window
+
+    window = day_window(3)
+    report = harvest_window(demo_source(shared_demo), window, db_path=db_path)
+    assert report.status == ledger.VERIFIED
+
+    class Busy:
+        @contextmanager
+        def get_connection(self):
+            raise StoreLockedError("catalogue is locked by another process", hint="wait")
+            yield
+
+    context = SimpleNamespace(resources=SimpleNamespace(duckdb=Busy()), log=logging.getLogger("test"))
+    meta = report_metadata(context, report)
+    assert meta["status"] == ledger.VERIFIED and meta["records"] == window_stats(shared_demo, window)["total"]
+    assert "busy" in meta["changed_records"].value and "live" not in meta
