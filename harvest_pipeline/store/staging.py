@@ -141,23 +141,10 @@ class StagingWindow:
         )
         self.con.execute("COMMIT")
 
-    def write_page(
-        self,
-        rows: pa.Table,
-        *,
-        next_token: str | None,
-        complete_list_size: int | None,
-        response_date: str | None,
-        warnings: list[str],
-        quarantined: list[tuple] = (),
-        repaired: int = 0,
-    ) -> None:
-        """Store a page's rows (and quarantined records) and advance the cursor past it, atomically.
-
-        `quarantined`: (page_number, identifier, kind, error, raw bytes) tuples.
-        """
-        self.stage_page(rows, next_token=next_token, complete_list_size=complete_list_size,
-                        response_date=response_date, warnings=warnings, quarantined=quarantined, repaired=repaired)
+    def write_page(self, rows: pa.Table, **page) -> None:
+        """Store a page's rows (and quarantined records) and advance the cursor past it, atomically:
+        `stage_page` and `commit_pages` in one call, with the same arguments as `stage_page`."""
+        self.stage_page(rows, **page)
         self.commit_pages()
 
     def stage_page(
@@ -171,7 +158,10 @@ class StagingWindow:
         quarantined: list[tuple] = (),
         repaired: int = 0,
     ) -> None:
-        """Keep a page to commit with the next ones (`commit_pages`); lost if the process dies first."""
+        """Keep a page to commit with the next ones (`commit_pages`); lost if the process dies first.
+
+        `quarantined`: (page_number, identifier, kind, error, raw bytes) tuples.
+        """
         self._pending.append(_PendingPage(rows, next_token, complete_list_size, response_date, list(warnings),
                                           list(quarantined), repaired))
 
