@@ -141,10 +141,21 @@ class StagingWindow:
         )
         self.con.execute("COMMIT")
 
-    def write_page(self, rows: pa.Table, **page) -> None:
-        """Store a page's rows (and quarantined records) and advance the cursor past it, atomically:
-        `stage_page` and `commit_pages` in one call, with the same arguments as `stage_page`."""
-        self.stage_page(rows, **page)
+    def write_page(
+        self,
+        rows: pa.Table,
+        *,
+        next_token: str | None,
+        complete_list_size: int | None,
+        response_date: str | None,
+        warnings: list[str],
+        quarantined: list[tuple] = (),
+        repaired: int = 0,
+    ) -> None:
+        """Store a page's rows (and quarantined records) and advance the cursor past it, atomically
+        (`stage_page` then `commit_pages`)."""
+        self.stage_page(rows, next_token=next_token, complete_list_size=complete_list_size,
+                        response_date=response_date, warnings=warnings, quarantined=quarantined, repaired=repaired)
         self.commit_pages()
 
     def stage_page(
