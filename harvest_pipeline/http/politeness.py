@@ -17,7 +17,7 @@ at least ``min_request_interval_seconds`` after the previous request to that hos
 A slot is taken before the interval gate, so a request never waits for a slot after it has been
 stamped. Without a ``state_dir`` the same rules use in-process locks (:class:`LocalGate`, threads
 of one process only). When the shared catalogue is configured, workers on different machines
-share the limits through its PostgreSQL instead (:class:`PostgresGate`). Waits for a slot are bounded; past the bound :class:`SlotTimeout` is raised.
+share the limits through its PostgreSQL instead (`store/host_leases.py`). Waits for a slot are bounded; past the bound :class:`SlotTimeout` is raised.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ import random
 import re
 import threading
 import time
-import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -155,110 +154,21 @@ class FileGate:
             os.close(fd)
 
 
-class PostgresGate:
-    """Per-host slots and interval shared by every worker on every machine using one PostgreSQL.
-
-    Used when the shared catalogue is configured (``HARVEST_CATALOGUE`` postgres or ducklake), on
-    the same database (``HARVEST_CATALOGUE_PG_DSN``). Slot ``i`` of a host is the session advisory
-    lock ``(hash(host), i)``, held on this thread's connection while the request is in flight;
-    PostgreSQL drops it when a worker's connection dies, so a killed worker never keeps a slot.
-    The interval is the row ``harvest_host_politeness(host_key)``: under its row lock, read the
-    previous start, sleep out the rest of the interval still holding it, stamp the new start. Times
-    are the database server's clock, so workers' clocks need not agree.
-    """
-
-    _TABLE = (
-        "CREATE TABLE IF NOT EXISTS harvest_host_politeness "
-        "(host_key TEXT PRIMARY KEY, last_start TIMESTAMPTZ)"
-    )
-
-    def __init__(self, dsn: str):
-        self._dsn = dsn
-        self._local = threading.local()
-        self._table_ready = False
-
-    def _conn(self):
-        import psycopg  # only workers on a shared catalogue need it
-
-        conn = getattr(self._local, "conn", None)
-        if conn is None or conn.closed:
-            conn = psycopg.connect(self._dsn, autocommit=True, application_name="harvest-politeness")
-            self._local.conn = conn
-        if not self._table_ready:
-            try:
-                conn.execute(self._TABLE)
-            except psycopg.errors.UniqueViolation:
-                pass  # another worker created it at the same moment
-            self._table_ready = True
-        return conn
-
-    @staticmethod
-    def _lock_key(key: str) -> int:
-        # Advisory locks take two int4: the host's crc32 as a signed int4, then the slot number.
-        h = zlib.crc32(("harvest-host:" + key).encode())
-        return h - (1 << 32) if h >= 1 << 31 else h
-
-    def _take_slot(self, conn, key: str, limit: int, max_wait: float, sleep) -> int:
-        deadline = time.monotonic() + max_wait
-        pause = 0.01
-        lock = self._lock_key(key)
-        while True:
-            for i in range(limit):
-                if conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (lock, i)).fetchone()[0]:
-                    return i
-            if time.monotonic() >= deadline:
-                raise SlotTimeout(key, limit, max_wait)
-            sleep(pause * (0.5 + random.random()))
-            pause = min(0.1, pause * 1.5)
-
-    def _stamp(self, conn, key: str, interval: float, sleep) -> float:
-        conn.execute(
-            "INSERT INTO harvest_host_politeness (host_key) VALUES (%s) ON CONFLICT (host_key) DO NOTHING", (key,)
-        )
-        with conn.transaction():
-            since = conn.execute(
-                "SELECT extract(epoch FROM clock_timestamp() - last_start) FROM harvest_host_politeness"
-                " WHERE host_key = %s FOR UPDATE",
-                (key,),
-            ).fetchone()[0]
-            wait = 0.0 if since is None else min(interval, interval - float(since))
-            if wait > 0:
-                sleep(wait)
-            conn.execute("UPDATE harvest_host_politeness SET last_start = clock_timestamp() WHERE host_key = %s", (key,))
-        return max(0.0, wait)
-
-    @contextmanager
-    def hold(self, key: str, limit: int, interval: float, max_wait: float, sleep) -> Iterator[float]:
-        started = time.monotonic()
-        conn = self._conn()
-        slot = self._take_slot(conn, key, limit, max_wait, sleep)
-        try:
-            waited = time.monotonic() - started
-            if interval > 0:
-                waited += self._stamp(conn, key, interval, sleep)
-            yield waited
-        finally:
-            try:
-                conn.execute("SELECT pg_advisory_unlock(%s, %s)", (self._lock_key(key), slot))
-            except Exception:
-                conn.close()  # closing the session releases its locks all the same
+_POSTGRES_GATES: dict = {}
 
 
-def shared_politeness_dsn() -> str | None:
-    """The PostgreSQL of the shared catalogue, when one is configured (same variables as the store)."""
-    if (os.environ.get("HARVEST_CATALOGUE") or "duckdb").strip().lower() in ("postgres", "ducklake"):
-        return os.environ.get("HARVEST_CATALOGUE_PG_DSN") or None
-    return None
+def gate_for(state_dir: Path | None):
+    """Across machines on the shared catalogue's PostgreSQL when one is configured (its lease
+    tables and SQL live with the catalogue's, in store/host_leases.py); else file locks shared
+    across processes under ``state_dir``; in-process locks without one."""
+    if state_dir is None:
+        return LocalGate()
+    from harvest_pipeline.store.backend import catalogue_settings  # the one reader of its settings
 
+    settings = catalogue_settings()
+    if settings.shared:
+        from harvest_pipeline.store.host_leases import PostgresGate
 
-_POSTGRES_GATES: dict[str, PostgresGate] = {}
-
-
-def gate_for(state_dir: Path | None) -> LocalGate | FileGate | PostgresGate:
-    """Across machines on the shared catalogue's PostgreSQL when one is configured; else file locks
-    shared across processes under ``state_dir``; in-process locks without one."""
-    dsn = shared_politeness_dsn()
-    if dsn is not None and state_dir is not None:
         # One gate (one connection per thread) per process, however many transports it makes.
-        return _POSTGRES_GATES.setdefault(dsn, PostgresGate(dsn))
-    return FileGate(state_dir) if state_dir is not None else LocalGate()
+        return _POSTGRES_GATES.setdefault(settings.pg_dsn, PostgresGate(settings.pg_dsn))
+    return FileGate(state_dir)
