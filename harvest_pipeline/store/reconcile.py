@@ -191,8 +191,3 @@ def last_reconciliation(con: duckdb.DuckDBPyConnection, source_id: str) -> dict 
     row = cur.fetchone()
     return None if row is None else dict(zip([d[0] for d in cur.description], row))
 
-
-def known_deleted_record(con: duckdb.DuckDBPyConnection, source_id: str) -> str | None:
-    """What the source's Identify said about deletions at its last harvest (`source_state`)."""
-    row = con.execute("SELECT deleted_record FROM source_state WHERE source_id = ?", [source_id]).fetchone()
-    return row[0] if row else None
