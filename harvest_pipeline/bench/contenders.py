@@ -325,14 +325,11 @@ def _dagster_prepare(spec, workdir):
     os.environ["HARVEST_DUCKDB_PATH"] = str(db)  # the DuckDB resource reads it when defs are built
     import dagster as dg
 
-    from harvest_pipeline.defs.factory import build_definitions, job_name
+    from harvest_pipeline.defs.factory import build_definitions, window_job
 
     source = spec.source_config()
     defs = build_definitions([source])
-    try:
-        job = defs.resolve_job_def(job_name(source.id))
-    except Exception:  # noqa: BLE001 - the job was renamed: the implicit asset job has every asset
-        job = defs.resolve_implicit_global_asset_job_def()
+    job = window_job(defs, source.id)
     home = workdir / f"dagster_home-{db.parent.name}"
     home.mkdir(parents=True, exist_ok=True)
     instance = dg.DagsterInstance.local_temp(tempdir=str(home))

@@ -18,11 +18,11 @@ def register(sub) -> None:
     h.add_argument("--until", type=parse_day, help="last window start, inclusive (default: the last closed window)")
     h.add_argument(
         "--identifier", dest="identifiers", action="append", metavar="ID",
-        help="re-harvest this record with GetRecord (repeat for more); runs the job harvest_<source>_records",
+        help="re-harvest this record with GetRecord (repeat for more); runs the job harvest_records",
     )
     h.add_argument(
         "--full", action="store_true",
-        help="harvest the whole source in one listing without from/until; runs the job harvest_<source>_full",
+        help="harvest the whole source in one listing without from/until; runs the job harvest_full",
     )
     h.set_defaults(func=cmd_harvest)
 
@@ -31,7 +31,8 @@ def cmd_harvest(args: argparse.Namespace) -> int:
     ensure_dagster_home()
     import dagster as dg
 
-    from harvest_pipeline.defs.factory import build_definitions, job_name
+    from harvest_pipeline.defs.assets import asset_key_for
+    from harvest_pipeline.defs.factory import build_definitions, window_job
     from harvest_pipeline.defs.partitions import closed_windows
     from harvest_pipeline.harvest import stop
     from harvest_pipeline.harvest.progress import subscribe
@@ -57,8 +58,8 @@ def cmd_harvest(args: argparse.Namespace) -> int:
         return _run_full(defs, args.source)
     if args.identifiers:
         return _run_selected(defs, args.source, args.identifiers)
-    job = defs.resolve_job_def(job_name(args.source))
-    partitions_def = job.partitions_def
+    job = window_job(defs, args.source)
+    partitions_def = defs.resolve_assets_def(asset_key_for(args.source)).partitions_def
     now = datetime.now(timezone.utc)
     windows = closed_windows(partitions_def, now)
     start_from = args.from_
@@ -252,10 +253,10 @@ QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 
 
 def _run_full(defs, source_id: str) -> int:
-    """Run `harvest_<source>_full` and print its verdict (exit 1 when it failed or a check failed)."""
+    """Run `harvest_full` for the source and print its verdict (exit 1 when it failed or a check failed)."""
     import dagster as dg
 
-    from harvest_pipeline.defs.jobs import full_job_name, full_op_name
+    from harvest_pipeline.defs.jobs import FULL_JOB, FULL_OP, full_run_config
     from harvest_pipeline.defs.sensors import SOURCE_TAG
     from harvest_pipeline.harvest.progress import subscribe
 
@@ -270,8 +271,9 @@ def _run_full(defs, source_id: str) -> int:
     unsubscribe = subscribe(show)
     print(f"{source_id}: full harvest, one listing without from/until (run recorded in {os.environ['DAGSTER_HOME']})")
     try:
-        result = defs.resolve_job_def(full_job_name(source_id)).execute_in_process(
-            instance=dg.DagsterInstance.get(), raise_on_error=False, tags={SOURCE_TAG: source_id}, run_config=QUIET,
+        result = defs.resolve_job_def(FULL_JOB).execute_in_process(
+            instance=dg.DagsterInstance.get(), raise_on_error=False, tags={SOURCE_TAG: source_id},
+            run_config={**full_run_config(source_id), **QUIET},
         )
     finally:
         unsubscribe()
@@ -280,7 +282,7 @@ def _run_full(defs, source_id: str) -> int:
     if not result.success:
         print(f"{source_id}: full harvest FAILED: {failure_cause(result)}  (run {result.run_id})")
         return 1
-    out = result.output_for_node(full_op_name(source_id))
+    out = result.output_for_node(FULL_OP)
     size = out.get("completeListSize")
     of_size = f"of completeListSize {size}" if size is not None else "(server gave no completeListSize)"
     verdict = "verified" if all(out["checks"].values()) else "UNPROVEN complete"
@@ -292,24 +294,20 @@ def _run_full(defs, source_id: str) -> int:
 
 
 def _run_selected(defs, source_id: str, identifiers: list[str]) -> int:
-    """Run `harvest_<source>_records`; print each identifier's outcome (exit 1 if one is unknown upstream)."""
+    """Run `harvest_records` for the source; print each identifier's outcome (exit 1 if one is unknown upstream)."""
     import dagster as dg
 
-    from harvest_pipeline.defs.jobs import (
-        records_job_name,
-        records_op_name,
-        records_run_config,
-    )
+    from harvest_pipeline.defs.jobs import RECORDS_JOB, RECORDS_OP, records_run_config
     from harvest_pipeline.defs.sensors import SOURCE_TAG
 
-    result = defs.resolve_job_def(records_job_name(source_id)).execute_in_process(
+    result = defs.resolve_job_def(RECORDS_JOB).execute_in_process(
         instance=dg.DagsterInstance.get(), raise_on_error=False, tags={SOURCE_TAG: source_id},
         run_config={**records_run_config(source_id, identifiers), **QUIET},
     )
     if not result.success:
         print(f"{source_id}: re-harvest FAILED: {failure_cause(result)}  (run {result.run_id})")
         return 1
-    out = result.output_for_node(records_op_name(source_id))
+    out = result.output_for_node(RECORDS_OP)
     print(
         f"{source_id}: re-harvested {out['fetched']} of {out['requested']} record(s) with GetRecord "
         f"as {out['window']}  (run {result.run_id})"

@@ -2,6 +2,7 @@
 
 
 import warnings
+from contextlib import contextmanager
 from datetime import datetime, timezone
 
 import dagster as dg
@@ -19,9 +20,9 @@ from harvest_pipeline.defs.partitions import closed_windows, partitions_for
 from harvest_pipeline.defs.report import progress_logger, report_metadata
 from harvest_pipeline.defs.resources import catalogue_connector, catalogue_path
 from harvest_pipeline.errors import DeferredError, HarvestError
-from harvest_pipeline.harvest import Window, WindowReport, harvest_partition, stop
-from harvest_pipeline.harvest.listers import lister_for
+from harvest_pipeline.harvest import stop
 from harvest_pipeline.harvest.server_facts import describe_server, read_facts, remember
+from harvest_pipeline.harvest.source_lock import SourceLock
 from harvest_pipeline.harvest.watermark import advance_stored
 from harvest_pipeline.sources import SourceConfig
 from harvest_pipeline.store import transaction
@@ -62,7 +63,7 @@ def window_asset_description(source: SourceConfig, start_note: str) -> str:
         "- **Overview → Metadata → Plots**: records, live, deleted, pages and seconds per window. "
         "**Events**: what each run changed (created, updated, deletions as text) and the "
         "`changed_records` table.\n"
-        f"- **Automation → harvest_{source.id}_watermark**: the sensor that launches closed windows and "
+        "- **Automation → harvest_watermarks**: the sensor that launches closed windows and "
         "advances the watermark over verified ones.\n"
         f"- Shell: `harvest-pipeline status`, `harvest-pipeline show {source.id} IDENTIFIER`."
     )
@@ -96,15 +97,16 @@ def build_window_asset(source: SourceConfig, start: datetime, start_note: str) -
         with stop.handling_signals():
             run = WindowRun(context, source, key, partitions_def, duckdb)
             keys = list(context.partition_keys)
-            if len(keys) == 1:
-                # One window per run, as before ranged runs: its events carry the run's partition.
-                report = run.harvest(keys[0])
-                yield dg.MaterializeResult(metadata=report_metadata(context, report))
-                for name, verdict in report.checks.items():
-                    yield check_result(name, verdict)
-                run.advance_watermark()
-                return
-            yield from run.harvest_range(keys)
+            with run.source_lock():
+                if len(keys) == 1:
+                    # One window per run, as before ranged runs: its events carry the run's partition.
+                    report = run.harvest(keys[0])
+                    yield dg.MaterializeResult(metadata=report_metadata(context, report))
+                    for name, verdict in report.checks.items():
+                        yield check_result(name, verdict)
+                    run.advance_watermark()
+                    return
+                yield from run.harvest_range(keys)
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dg.BetaWarning)
@@ -118,12 +120,17 @@ class WindowRun:
         self.context, self.source, self.key, self.partitions_def = context, source, key, partitions_def
         self.db_path = catalogue_path(duckdb)
         self.connect = catalogue_connector(duckdb)
+        # The harvest core (lxml, pyarrow, requests) is imported by the run that uses it, not at load.
+        from harvest_pipeline.harvest.listers import lister_for
+
         self.lister = lister_for(source, state_dir=self.db_path.parent / "hosts")
         self.progress = progress_logger(context, source.id)
         self._facts_checked = False
 
-    def harvest(self, partition_key: str) -> WindowReport:
-        """One window; raises as harvest_window does (a deferral becomes a Failure without retries)."""
+    def harvest(self, partition_key: str):
+        """One window's WindowReport; raises as harvest_window does (a deferral becomes a Failure without retries)."""
+        from harvest_pipeline.harvest import Window, harvest_partition
+
         tw = self.partitions_def.time_window_for_partition_key(partition_key)
         self._remember_facts_once()
         try:
@@ -139,11 +146,26 @@ class WindowRun:
                 allow_retries=False,
             ) from None
 
-    def harvest_range(self, keys: list[str]):
-        """Every window of a ranged run, each recorded per partition; fail at the end naming failures."""
+    @contextmanager
+    def source_lock(self):
+        """Hold the source's lock (harvest/source_lock.py) for the run: wait while another run has it."""
+        lock = SourceLock(self.db_path, self.source.id)
+        if not lock.acquire(on_wait=lambda: self.context.log.info(
+                f"{self.source.id}: another run is harvesting this source; waiting for it to finish")):
+            raise dg.Failure(description=f"stopped by {stop.signal_name(stop.requested())} while waiting "
+                             f"for another run of {self.source.id}", allow_retries=False)
+        try:
+            yield
+        finally:
+            lock.release()
+
+    def run_windows(self, keys: list[str], recorder: "EventRecorder") -> tuple[dict[str, str], dict[str, list[str]]]:
+        """Harvest `keys` one after another, each recorded per partition through `recorder`.
+
+        Returns (failed windows with their first error line, windows per failing check). A failing
+        window is logged and the next one still runs."""
         failed: dict[str, str] = {}
         failing_checks: dict[str, list[str]] = {name: [] for name in CHECK_DESCRIPTIONS}
-        recorder = EventRecorder(self.context, self.key)
         for n, partition_key in enumerate(keys, 1):
             if stop.requested() is not None:
                 # Stopped: the windows after the stopped one are not started (they stay missing).
@@ -162,9 +184,17 @@ class WindowRun:
             for name, verdict in report.checks.items():
                 if not verdict.passed and verdict.severity == "error":
                     failing_checks.setdefault(name, []).append(partition_key)
-            recorder.record(partition_key, report_metadata(self.context, report), report.checks)
-        recorder.close()
+            recorder.record(self.key, partition_key, report_metadata(self.context, report), report.checks)
         self.advance_watermark()
+        return failed, failing_checks
+
+    def harvest_range(self, keys: list[str]):
+        """Every window of a ranged run, each recorded per partition; fail at the end naming failures."""
+        recorder = EventRecorder(self.context)
+        try:
+            failed, failing_checks = self.run_windows(keys, recorder)
+        finally:
+            recorder.close()
         # Dagster wants each declared check once per run: a summary of the range (partition None).
         for name, bad in failing_checks.items():
             yield range_summary(name, keys, bad, failed)
@@ -176,11 +206,8 @@ class WindowRun:
                 allow_retries=False,
             )
         if failed:
-            shown = "; ".join(f"{k}: {why}" for k, why in list(failed.items())[:10])
             raise dg.Failure(
-                description=f"{len(failed)} of {len(keys)} windows failed ({shown}"
-                f"{'; ...' if len(failed) > 10 else ''}). The other windows are recorded; the sensor "
-                "retries the failed ones alone, with backoff.",
+                description=failed_windows_text(failed, len(keys)),
                 metadata={"failed_windows": dg.MetadataValue.json(failed)},
                 allow_retries=False,
             )
@@ -210,33 +237,41 @@ class WindowRun:
 class EventRecorder:
     """Writes each window's materialization and check results to the instance in one worker
     thread, in order, while the next window is harvested: each event is a few SQLite commits in
-    Dagster's default storage, which would otherwise be added to every window's time. close()
-    waits for all of them (and raises what failed)."""
+    Dagster's default storage, which would otherwise be added to every window's time. One
+    recorder serves every source of a run. close() waits for all of them (and raises what failed)."""
 
-    def __init__(self, context, asset_key: dg.AssetKey):
+    def __init__(self, context):
         from concurrent.futures import ThreadPoolExecutor
 
-        self.context, self.key = context, asset_key
+        self.context = context
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="window-events")
         self.pending = []
 
-    def record(self, partition_key: str, metadata: dict, checks: dict) -> None:
-        self.pending.append(self.pool.submit(self._log, partition_key, metadata, checks))
+    def record(self, asset_key: dg.AssetKey, partition_key: str, metadata: dict, checks: dict) -> None:
+        self.pending.append(self.pool.submit(self._log, asset_key, partition_key, metadata, checks))
 
-    def _log(self, partition_key: str, metadata: dict, checks: dict) -> None:
-        self.context.log_event(dg.AssetMaterialization(asset_key=self.key, partition=partition_key, metadata=metadata))
+    def _log(self, asset_key: dg.AssetKey, partition_key: str, metadata: dict, checks: dict) -> None:
+        self.context.log_event(dg.AssetMaterialization(asset_key=asset_key, partition=partition_key, metadata=metadata))
         # Each result points at the window's materialization just stored, as Dagster's own results do.
         latest = self.context.instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=self.key, asset_partitions=[partition_key]), limit=1,
+            dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[partition_key]), limit=1,
         ).records
         target = materialization_target(latest[0]) if latest else None
         for name, verdict in checks.items():
-            self.context.log_event(check_evaluation(self.key, name, verdict, partition_key, target))
+            self.context.log_event(check_evaluation(asset_key, name, verdict, partition_key, target))
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)
         for future in self.pending:
             future.result()  # re-raise a storage error here, in the step
+
+
+def failed_windows_text(failed: dict[str, str], total: int) -> str:
+    shown = "; ".join(f"{k}: {why}" for k, why in list(failed.items())[:10])
+    return (
+        f"{len(failed)} of {total} windows failed ({shown}{'; ...' if len(failed) > 10 else ''}). The other "
+        "windows are recorded; the sensor retries the failed ones alone, with backoff."
+    )
 
 
 def _first_line(exc: BaseException) -> str:

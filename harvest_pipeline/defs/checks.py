@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING
 
 import dagster as dg
 
-from harvest_pipeline.harvest.window import CheckVerdict
+if TYPE_CHECKING:  # the harvest core is imported when a run needs it, not when definitions load
+    from harvest_pipeline.harvest.window import CheckVerdict
 
 CHECK_DESCRIPTIONS = {
     "complete": (

@@ -1,12 +1,17 @@
-"""Build every source's assets, jobs, sensors and schedules from the sources file.
+"""Build the definitions from the sources file and the stored server facts: no network, ever.
 
-Per source: the window asset `harvest/<id>` (job `harvest_<id>`, sensor `harvest_<id>_watermark`),
-the one-off jobs `harvest_<id>_records` and `harvest_<id>_full`, and the reconciliation asset
-`reconcile/<id>` (job `reconcile_<id>`, schedule `reconcile_<id>_schedule`), and the drift audit
-`drift/<id>` (job `drift_<id>`, schedule `drift_<id>_schedule`). Across sources: the
-`catalog` asset (job `catalog_refresh_job`, sensor `catalog_refresh`), and the job
-`server_facts_refresh` (schedule `server_facts_refresh_schedule`) that stores what each server
-says about itself, which is all the definitions read about the servers.
+Per source: the window asset `harvest/<id>` (partitioned by window, with its checks), the
+reconciliation asset `reconcile/<id>` and the drift audit `drift/<id>` (each one spec of a
+multi-asset over all sources), and the schedule `reconcile_<id>_schedule`. Across sources: the
+batch job `harvest_windows` launched by the one sensor `harvest_watermarks`; the jobs
+`harvest_records`, `harvest_full`, `reconcile`, `drift` (schedule `drift_schedule`); the `catalog`
+asset (job `catalog_refresh_job`, sensor `catalog_refresh`); `server_facts_refresh` (schedule
+`server_facts_refresh_schedule`), which stores what each server says about itself; and
+`register_source`.
+
+Everything per source is one definition object, because every load (each run process, each
+code-server start and reload) builds them all: jobs shared by every source take the source from
+their run config instead.
 """
 
 from __future__ import annotations
@@ -14,31 +19,31 @@ from __future__ import annotations
 import dagster as dg
 
 from harvest_pipeline.defs.assets import asset_key_for, build_window_asset
+from harvest_pipeline.defs.batch import build_batch_job
 from harvest_pipeline.defs.catalog import (
     build_catalog_asset,
     build_catalog_job,
     build_catalog_sensor,
 )
 from harvest_pipeline.defs.drift import build_drift_defs
+from harvest_pipeline.defs.facts import build_facts_job, build_facts_schedule
 from harvest_pipeline.defs.jobs import build_full_job, build_records_job
 from harvest_pipeline.defs.partitions import partitions_for
-from harvest_pipeline.defs.facts import build_facts_job, build_facts_schedule
-from harvest_pipeline.defs.reconcile import (
-    build_reconcile_asset,
-    build_reconcile_job,
-    build_reconcile_schedule,
-)
+from harvest_pipeline.defs.reconcile import build_reconcile_assets, build_reconcile_job, build_reconcile_schedule
 from harvest_pipeline.defs.register import register_source
 from harvest_pipeline.defs.resources import catalogue_resource
-from harvest_pipeline.defs.sensors import SOURCE_TAG, build_watermark_sensor
+from harvest_pipeline.defs.sensors import build_watermark_sensor
 from harvest_pipeline.defs.start_dates import UNKNOWN, deleted_record_policy, resolve_start
 from harvest_pipeline.harvest.server_facts import read_facts
 from harvest_pipeline.sources import SourceConfig, load_sources
 from harvest_pipeline.store import default_db_path
 
 
-def job_name(source_id: str) -> str:
-    return f"harvest_{source_id}"
+def window_job(defs: dg.Definitions, source_id: str) -> dg.JobDefinition:
+    """The job that materializes windows of one source (the asset job of `harvest/<id>` alone):
+    what the UI runs when a partition is materialized, and what the CLI runs."""
+    key = asset_key_for(source_id)
+    return defs.resolve_implicit_job_def_def_for_assets([key]).get_subset(asset_selection={key})
 
 
 def build_definitions(sources: list[SourceConfig] | None = None) -> dg.Definitions:
@@ -46,32 +51,26 @@ def build_definitions(sources: list[SourceConfig] | None = None) -> dg.Definitio
     sources = load_sources() if sources is None else sources
     db_path = default_db_path().resolve()
     facts_job = build_facts_job(sources)
-    assets, jobs, sensors, schedules = [], [facts_job], [], [build_facts_schedule(facts_job)]
+    assets, schedules = [], [build_facts_schedule(facts_job)]
+    partitions_by_source, unknown_start = {}, set()
     for source in sources:
         facts = read_facts(source, db_path)
         start, note = resolve_start(source, facts)
-        asset = build_window_asset(source, start, note)
-        assets.append(asset)
-        window_job = dg.define_asset_job(
-            job_name(source.id),
-            selection=dg.AssetSelection.assets(asset_key_for(source.id)),
-            tags={SOURCE_TAG: source.id},
-            description=f"Harvest windows of {source.id} (pick the window in the partition selector).",
-        )
-        jobs.append(window_job)
-        sensors.append(build_watermark_sensor(
-            source, partitions_for(source, start), window_job, facts_job,
-            db_path=db_path, start_known=not note.startswith(UNKNOWN),
-        ))
-        jobs += [build_records_job(source), build_full_job(source)]
-
-        assets.append(build_reconcile_asset(source))
-        reconcile_job = build_reconcile_job(source)
-        jobs.append(reconcile_job)
+        if note.startswith(UNKNOWN):
+            unknown_start.add(source.id)
+        partitions_by_source[source.id] = partitions_for(source, start)
+        assets.append(build_window_asset(source, start, note))
         deleted_record, how = deleted_record_policy(source, facts)
-        schedules.append(build_reconcile_schedule(source, reconcile_job, deleted_record, how))
-        drift_asset, drift_job, drift_schedule = build_drift_defs(source)  # the drift audit, defs/drift.py
-        assets.append(drift_asset)
+        schedules.append(build_reconcile_schedule(source, deleted_record, how))
+
+    batch_job = build_batch_job(sources, partitions_by_source)
+    jobs = [facts_job, batch_job, build_records_job(sources), build_full_job(sources), build_reconcile_job()]
+    sensors = [build_watermark_sensor(sources, partitions_by_source, batch_job, facts_job,
+                                      db_path=db_path, unknown_start=unknown_start)]
+    reconcile_assets = build_reconcile_assets(sources)
+    drift_assets, drift_job, drift_schedule = build_drift_defs(sources)
+    if reconcile_assets is not None:
+        assets += [reconcile_assets, drift_assets]
         jobs.append(drift_job)
         schedules.append(drift_schedule)
 

@@ -1,57 +1,67 @@
-"""One-off jobs per source: re-harvest selected records (`harvest_<id>_records`) and full harvest
-(`harvest_<id>_full`). Both are op jobs in the source's pool, so they never overlap its windows."""
+"""The one-off jobs shared by every source: re-harvest selected records (`harvest_records`) and a
+full harvest (`harvest_full`). The source is part of the run config, so 200 sources cost two job
+definitions, not 400 (each one is built at every load of the definitions)."""
 
 
 import dagster as dg
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
-from harvest_pipeline.defs.assets import pool_for
 from harvest_pipeline.defs.report import progress_logger, report_metadata
 from harvest_pipeline.defs.resources import catalogue_connector, catalogue_path
 from harvest_pipeline.defs.sensors import SOURCE_TAG
-from harvest_pipeline.harvest.full import harvest_full
-from harvest_pipeline.harvest.selected import harvest_selected
 from harvest_pipeline.sources import SourceConfig
 
-
-def records_job_name(source_id: str) -> str:
-    return f"harvest_{source_id}_records"
-
-
-def records_op_name(source_id: str) -> str:
-    # Op names must differ from job names within a code location.
-    return f"reharvest_records_{source_id}"
-
-
-def full_job_name(source_id: str) -> str:
-    return f"harvest_{source_id}_full"
-
-
-def full_op_name(source_id: str) -> str:
-    return f"full_harvest_{source_id}"
+RECORDS_JOB = "harvest_records"
+RECORDS_OP = "reharvest_records"  # op names must differ from job names within a code location
+FULL_JOB = "harvest_full"
+FULL_OP = "full_harvest"
 
 
 def records_run_config(source_id: str, identifiers: list[str]) -> dict:
-    """The launchpad config of `harvest_<id>_records`."""
-    return {"ops": {records_op_name(source_id): {"config": {"identifiers": list(identifiers)}}}}
+    """The launchpad config of `harvest_records`."""
+    return {"ops": {RECORDS_OP: {"config": {"source": source_id, "identifiers": list(identifiers)}}}}
+
+
+def full_run_config(source_id: str) -> dict:
+    """The launchpad config of `harvest_full`."""
+    return {"ops": {FULL_OP: {"config": {"source": source_id}}}}
+
+
+def _source(sources: dict[str, SourceConfig], source_id: str) -> SourceConfig:
+    try:
+        return sources[source_id]
+    except KeyError:
+        raise dg.Failure(
+            description=f"unknown source {source_id!r}: the sources file has {', '.join(sorted(sources)) or 'none'}",
+            allow_retries=False,
+        ) from None
 
 
 class SelectedRecordsConfig(dg.Config):
+    source: str = Field(description="the source's id, as in the sources file")
     identifiers: list[str] = Field(description="OAI-PMH identifiers to fetch again with GetRecord")
 
 
-def build_records_job(source: SourceConfig) -> dg.JobDefinition:
+class FullHarvestConfig(dg.Config):
+    source: str = Field(description="the source's id, as in the sources file")
+
+
+def build_records_job(sources: list[SourceConfig]) -> dg.JobDefinition:
+    by_id = {s.id: s for s in sources}
+
     @dg.op(
-        name=records_op_name(source.id),
-        pool=pool_for(source.id),
+        name=RECORDS_OP,
         description=(
-            f"GetRecord each configured identifier of {source.id} and merge it into the catalogue "
-            "(history rows carry this run's id). Identifiers the server does not know are reported "
-            "and left untouched locally."
+            "GetRecord each configured identifier of the configured source and merge it into the "
+            "catalogue (history rows carry this run's id). Identifiers the server does not know are "
+            "reported and left untouched locally."
         ),
     )
     def reharvest_records(context: dg.OpExecutionContext, config: SelectedRecordsConfig, duckdb: DuckDBResource) -> dict:
+        from harvest_pipeline.harvest.selected import harvest_selected
+
+        source = _source(by_id, config.source)
         report = harvest_selected(
             source, config.identifiers, db_path=catalogue_path(duckdb), run_id=context.run.run_id,
             connect=catalogue_connector(duckdb),
@@ -60,6 +70,7 @@ def build_records_job(source: SourceConfig) -> dg.JobDefinition:
             context.log.warning(f"{source.id}: {identifier}: idDoesNotExist upstream; the local record is left untouched")
         counts = report.counts
         summary = {
+            "source": source.id,
             "window": report.window.key,
             "requested": len(report.requested),
             "fetched": report.fetched,
@@ -67,6 +78,7 @@ def build_records_job(source: SourceConfig) -> dg.JobDefinition:
             "actions": report.actions,
         }
         context.add_output_metadata({
+            "source": source.id,
             "requested": len(report.requested),
             "fetched": report.fetched,
             "not_found": len(report.not_found),
@@ -82,11 +94,10 @@ def build_records_job(source: SourceConfig) -> dg.JobDefinition:
         return summary
 
     @dg.job(
-        name=records_job_name(source.id),
-        tags={SOURCE_TAG: source.id},
+        name=RECORDS_JOB,
         description=(
-            f"Re-harvest selected records of {source.id} by identifier. Launchpad config: "
-            f"ops: {{{records_op_name(source.id)}: {{config: {{identifiers: [oai:..., ...]}}}}}}"
+            "Re-harvest selected records of one source by identifier. Launchpad config: "
+            f"ops: {{{RECORDS_OP}: {{config: {{source: <id>, identifiers: [oai:..., ...]}}}}}}"
         ),
     )
     def records_job():
@@ -95,18 +106,22 @@ def build_records_job(source: SourceConfig) -> dg.JobDefinition:
     return records_job
 
 
-def build_full_job(source: SourceConfig) -> dg.JobDefinition:
+def build_full_job(sources: list[SourceConfig]) -> dg.JobDefinition:
+    by_id = {s.id: s for s in sources}
+
     @dg.op(
-        name=full_op_name(source.id),
-        pool=pool_for(source.id),
-        description=f"List all of {source.id} without from/until; staged, merged and verified like a window.",
+        name=FULL_OP,
+        description="List all of the configured source without from/until; staged, merged and verified like a window.",
     )
-    def full_harvest(context: dg.OpExecutionContext, duckdb: DuckDBResource) -> dict:
+    def full_harvest(context: dg.OpExecutionContext, config: FullHarvestConfig, duckdb: DuckDBResource) -> dict:
+        from harvest_pipeline.harvest.full import harvest_full
+
+        source = _source(by_id, config.source)
         report = harvest_full(
             source, db_path=catalogue_path(duckdb), run_id=context.run.run_id,
             connect=catalogue_connector(duckdb), progress=progress_logger(context, source.id),
         )
-        metadata = {"window": report.window.key, **report_metadata(context, report)}
+        metadata = {"source": source.id, "window": report.window.key, **report_metadata(context, report)}
         failed = {n: c.description for n, c in report.checks.items() if not c.passed and c.severity == "error"}
         if failed:
             raise dg.Failure(
@@ -121,10 +136,10 @@ def build_full_job(source: SourceConfig) -> dg.JobDefinition:
         return {**plain, "checks": {n: c.passed for n, c in report.checks.items()}}
 
     @dg.job(
-        name=full_job_name(source.id),
-        tags={SOURCE_TAG: source.id},
+        name=FULL_JOB,
         description=(
-            f"Harvest all of {source.id} in one listing without from/until (window full-<time>). "
+            "Harvest all of one source in one listing without from/until (window full-<time>). "
+            f"Launchpad config: ops: {{{FULL_OP}: {{config: {{source: <id>}}}}}}. "
             "Fails when a check (complete, no_duplicates, cursor_closed) fails."
         ),
     )
@@ -132,3 +147,8 @@ def build_full_job(source: SourceConfig) -> dg.JobDefinition:
         full_harvest()
 
     return full_job
+
+
+def source_tags(source_id: str) -> dict[str, str]:
+    """Tags of a one-off run, so the Runs list can be filtered by source."""
+    return {SOURCE_TAG: source_id}

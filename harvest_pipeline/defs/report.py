@@ -1,12 +1,16 @@
 """How a window report shows in Dagster: progress lines, warnings, and materialization metadata."""
 
+from __future__ import annotations
+
 import time
+from typing import TYPE_CHECKING
 
 import dagster as dg
 
 from harvest_pipeline.harvest.progress import notify
-from harvest_pipeline.harvest.window import WindowReport
-from harvest_pipeline.store.preview import changes_of_attempt, source_has_deletions, window_record_counts
+
+if TYPE_CHECKING:  # the harvest core is imported when a run needs it, not when definitions load
+    from harvest_pipeline.harvest.window import WindowReport
 
 
 LOG_EVERY_SECONDS = 5.0
@@ -93,6 +97,8 @@ def _catalogue_facts(context, report: WindowReport) -> tuple[dict, dict]:
         return {}, {}
     try:
         with resource.get_connection() as con:
+            from harvest_pipeline.store.preview import changes_of_attempt, source_has_deletions, window_record_counts
+
             window = window_record_counts(con, report.source_id, report.window.start, report.window.end)
             changed, rows = changes_of_attempt(con, report.source_id, report.attempt_id, limit=PREVIEW_ROWS)
             has_deletions = source_has_deletions(con, report.source_id)

@@ -6,7 +6,20 @@ splits a window that cannot finish whole into sub-windows (harvest/split.py); Da
 and the CLI call `harvest_partition`.
 """
 
-from harvest_pipeline.harvest.split import harvest_partition
-from harvest_pipeline.harvest.window import Window, WindowReport, harvest_window
+import importlib
 
-__all__ = ["Window", "WindowReport", "harvest_partition", "harvest_window"]
+# Imported on first use: loading the Dagster definitions must not pay for the whole harvest core
+# (lxml, pyarrow, requests) in every code-server start and sensor process.
+_EXPORTS = {
+    "Window": "harvest_pipeline.harvest.window",
+    "WindowReport": "harvest_pipeline.harvest.window",
+    "harvest_window": "harvest_pipeline.harvest.window",
+    "harvest_partition": "harvest_pipeline.harvest.split",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

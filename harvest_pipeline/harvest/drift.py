@@ -98,11 +98,11 @@ class DriftAudit:
             lost = "" if not self.counts_deletions else (
                 " although it says deletedRecord persistent (its deletions were lost)")
             return (f"{self.local - high} record(s) more than the server counts: records were deleted upstream without "
-                    f"a tombstone{lost}. Reconcile: materialize reconcile/{sid} (job reconcile_{sid}), which "
+                    f"a tombstone{lost}. Reconcile: materialize reconcile/{sid} (job reconcile), which "
                     "tombstones what the server no longer lists")
         return (f"at least {low - self.local} record(s) fewer than the server lists from before the watermark: "
                 f"records are missing. Run a full harvest: `harvest-pipeline harvest {sid} --full` (job "
-                f"harvest_{sid}_full); if windows failed, see `harvest-pipeline status`")
+                f"harvest_full); if windows failed, see `harvest-pipeline status`")
 
 
 def audit_drift(

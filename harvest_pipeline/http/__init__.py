@@ -9,11 +9,27 @@ raises one :class:`~harvest_pipeline.errors.HarvestError`. Each concern has its 
 * :mod:`.redaction`: credentials never shown in messages, events or logs.
 """
 
-from harvest_pipeline.http.body import TransportResponse
-from harvest_pipeline.http.politeness import host_key
-from harvest_pipeline.http.redaction import redact_url, strip_credentials
-from harvest_pipeline.http.retries import RETRY_STATUSES, TransportEvent, parse_retry_after
-from harvest_pipeline.http.transport import DEFAULT_USER_AGENT, Transport
+import importlib
+
+# Imported on first use (requests is not needed to load the definitions).
+_EXPORTS = {
+    "TransportResponse": "harvest_pipeline.http.body",
+    "host_key": "harvest_pipeline.http.politeness",
+    "redact_url": "harvest_pipeline.http.redaction",
+    "strip_credentials": "harvest_pipeline.http.redaction",
+    "RETRY_STATUSES": "harvest_pipeline.http.retries",
+    "TransportEvent": "harvest_pipeline.http.retries",
+    "parse_retry_after": "harvest_pipeline.http.retries",
+    "DEFAULT_USER_AGENT": "harvest_pipeline.http.transport",
+    "Transport": "harvest_pipeline.http.transport",
+}
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "DEFAULT_USER_AGENT",

@@ -7,7 +7,9 @@ import json
 import dagster as dg
 import pytest
 
-from harvest_pipeline.defs.factory import build_definitions, job_name
+from harvest_pipeline.defs.batch import BATCH_JOB, SOURCES_TAG, batch_windows
+from harvest_pipeline.defs.factory import build_definitions, window_job
+from harvest_pipeline.defs.sensors import SENSOR_NAME
 from harvest_pipeline.store import connect, ledger
 from harvest_pipeline_tests.conftest import today, day_window, demo_source, learn_facts, window_stats
 
@@ -29,11 +31,11 @@ def test_definitions_load_with_one_partitioned_asset_checks_job_and_sensor(share
     assert keys[-1] == day_window(1).key
     assert keys[0] == shared_demo.stats()["earliest"][:10]
     assert {c.name for c in asset.check_specs} == {"complete", "no_duplicates", "cursor_closed"}
-    assert defs.resolve_sensor_def("harvest_demo_watermark").default_status == dg.DefaultSensorStatus.RUNNING
+    assert defs.resolve_sensor_def(SENSOR_NAME).default_status == dg.DefaultSensorStatus.RUNNING
     # The asset catalog shows the first line; the asset page the rest: where to look next.
     first, *rest = asset.descriptions_by_key[ASSET].splitlines()
     assert first.startswith("Harvests demo: OAI-PMH ListRecords of") and "one day window per partition" in first
-    for where in ("**Partitions**", "**Checks**", "Plots", "harvest_demo_watermark", "harvest-pipeline status"):
+    for where in ("**Partitions**", "**Checks**", "Plots", "harvest_watermarks", "harvest-pipeline status"):
         assert where in "\n".join(rest)
 
 
@@ -42,7 +44,7 @@ def test_materializing_one_window_records_metadata_and_passing_checks(shared_dem
     defs = build_definitions([demo_source(shared_demo)])
     window = day_window(3)
     with dg.instance_for_test() as instance:
-        result = defs.resolve_job_def(job_name("demo")).execute_in_process(partition_key=window.key, instance=instance)
+        result = window_job(defs, "demo").execute_in_process(partition_key=window.key, instance=instance)
         assert result.success
         [mat] = result.get_asset_materialization_events()
         meta = {k: v.value for k, v in mat.materialization.metadata.items()}
@@ -69,7 +71,7 @@ def test_plotted_metadata_describes_the_window_and_survives_a_rerun(shared_demo,
     events = []
     with dg.instance_for_test() as instance:
         for _ in range(2):
-            result = defs.resolve_job_def(job_name("demo")).execute_in_process(partition_key=window.key, instance=instance)
+            result = window_job(defs, "demo").execute_in_process(partition_key=window.key, instance=instance)
             assert result.success
             [mat] = result.get_asset_materialization_events()
             events.append(mat.materialization.metadata)
@@ -99,7 +101,7 @@ def test_lying_complete_list_size_fails_the_check_in_dagster(demo, db_path):
     learn_facts(demo_source(demo))
     defs = build_definitions([demo_source(demo)])
     with dg.instance_for_test() as instance:
-        result = defs.resolve_job_def(job_name("demo")).execute_in_process(
+        result = window_job(defs, "demo").execute_in_process(
             partition_key=day_window(2).key, instance=instance
         )
     assert _checks(result)["complete"] == (False, "ERROR")
@@ -108,14 +110,14 @@ def test_lying_complete_list_size_fails_the_check_in_dagster(demo, db_path):
 def test_sensor_launches_closed_windows_and_advances_the_watermark_only_over_passing_ones(demo, db_path):
     learn_facts(demo_source(demo))
     defs = build_definitions([demo_source(demo)])
-    sensor = defs.resolve_sensor_def("harvest_demo_watermark")
-    job = defs.resolve_job_def(job_name("demo"))
+    sensor = defs.resolve_sensor_def(SENSOR_NAME)
+    job = window_job(defs, "demo")
     with dg.instance_for_test() as instance:
         first = sensor(dg.build_sensor_context(instance=instance, definitions=defs))
         requested = requested_keys(defs, first.run_requests)
         all_keys = defs.resolve_assets_def(ASSET).partitions_def.get_partition_keys()
         assert requested == all_keys and len(requested) >= 7
-        assert all(r.tags["harvest/source"] == "demo" and r.job_name == job_name("demo") for r in first.run_requests)
+        assert all(r.tags[SOURCES_TAG] == "demo" and r.job_name == BATCH_JOB for r in first.run_requests)
 
         bad = requested[3]
         for key in requested:
@@ -128,7 +130,7 @@ def test_sensor_launches_closed_windows_and_advances_the_watermark_only_over_pas
             bad_row = ledger.get_window(con, "demo", ledger_start(defs, bad))
         assert bad_row.status == ledger.INCOMPLETE
         assert watermark == ledger_start(defs, bad)  # stopped right before the failing window
-        assert json.loads(second.cursor)["watermark"].startswith(bad)
+        assert json.loads(second.cursor)["watermarks"]["demo"].startswith(bad)
         assert not second.run_requests  # the failed window waits for its retry backoff
 
         demo.set_options(complete_list_size_bias=0)
@@ -139,15 +141,8 @@ def test_sensor_launches_closed_windows_and_advances_the_watermark_only_over_pas
 
 
 def requested_keys(defs, run_requests) -> list[str]:
-    """The windows a tick's run requests cover (single windows and ranges), in order."""
-    partitions_def = defs.resolve_assets_def(ASSET).partitions_def
-    keys = []
-    for r in run_requests:
-        if r.partition_key_range is not None:
-            keys += partitions_def.get_partition_keys_in_range(r.partition_key_range)
-        else:
-            keys.append(r.partition_key)
-    return keys
+    """The windows of demo a tick's batch run requests cover, in order."""
+    return [k for r in run_requests for k in batch_windows(r.run_config).get("demo", [])]
 
 
 def ledger_start(defs, key):

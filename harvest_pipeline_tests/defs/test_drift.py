@@ -5,7 +5,7 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
-from harvest_pipeline.defs.drift import CHECK, drift_key
+from harvest_pipeline.defs.drift import CHECK, DRIFT_JOB, DRIFT_SCHEDULE, drift_key
 from harvest_pipeline.defs.factory import build_definitions
 from harvest_pipeline.harvest.drift import audit_drift
 from harvest_pipeline.harvest.full import harvest_full
@@ -25,8 +25,8 @@ def test_matching_counts_pass_and_deletions_without_tombstones_fail_with_advice(
     source = demo_source(demo)
     assert harvest_full(source, db_path=db_path).status == ledger.VERIFIED
     defs = build_definitions([source])
-    job = defs.resolve_job_def("drift_demo")
-    assert defs.resolve_schedule_def("drift_demo_schedule").default_status == dg.DefaultScheduleStatus.RUNNING
+    job = defs.resolve_job_def(DRIFT_JOB)
+    assert defs.resolve_schedule_def(DRIFT_SCHEDULE).default_status == dg.DefaultScheduleStatus.RUNNING
     with dg.instance_for_test() as instance:
         passed, severity, text, meta = _check(job.execute_in_process(instance=instance))
         stats = demo.stats()
@@ -45,12 +45,12 @@ def test_matching_counts_pass_and_deletions_without_tombstones_fail_with_advice(
         assert not passed and severity == "ERROR"
         assert meta["server_count"] == demo.stats()["live"] and meta["catalogue_count"] == meta["server_count"] + 1
         assert "1 record(s) more than the server counts" in text and "reconcile/demo" in text
-        assert "job reconcile_demo" in meta["advice"]
+        assert "materialize reconcile/demo (job reconcile)" in meta["advice"]
         record = instance.get_latest_asset_check_evaluation_record(dg.AssetCheckKey(drift_key("demo"), CHECK))
         assert record.status.value == "FAILED"
 
         # Doing what it says puts the catalogue back in step.
-        assert defs.resolve_job_def("reconcile_demo").execute_in_process(instance=instance).success
+        assert defs.resolve_job_def("reconcile").execute_in_process(instance=instance).success
         passed, _, text, _ = _check(job.execute_in_process(instance=instance))
         assert passed, text
         history = instance.event_log_storage.get_asset_check_execution_history(

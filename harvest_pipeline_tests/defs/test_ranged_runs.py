@@ -11,8 +11,9 @@ import dagster as dg
 import pytest
 
 from harvest_pipeline.defs.checks import CHECK_DESCRIPTIONS
-from harvest_pipeline.defs.factory import build_definitions, job_name
-from harvest_pipeline.defs.sensors import RANGE_END_TAG, RANGE_START_TAG, range_tags
+from harvest_pipeline.defs.batch import BATCH_JOB, SOURCES_TAG, batch_run_config, batch_windows
+from harvest_pipeline.defs.factory import build_definitions, window_job
+from harvest_pipeline.defs.sensors import SENSOR_NAME, range_tags
 from harvest_pipeline.store import connect, ledger
 from harvest_pipeline.store.staging import staging_path
 from harvest_pipeline_tests.conftest import today, day_window, demo_source, learn_facts, window_stats
@@ -47,7 +48,7 @@ def test_ranged_run_records_each_window_and_a_failing_window_does_not_stop_the_o
     path = staging_path(db_path, "demo", broken.start)
     path.mkdir(parents=True)
 
-    job = defs.resolve_job_def(job_name("demo"))
+    job = window_job(defs, "demo")
     with dg.instance_for_test() as instance:
         result = job.execute_in_process(
             instance=instance, raise_on_error=False, tags=range_tags(windows[0].key, windows[-1].key),
@@ -93,45 +94,82 @@ def test_ranged_run_records_each_window_and_a_failing_window_does_not_stop_the_o
         assert set(materialized(instance)) == {w.key for w in windows}
 
 
-def test_sensor_requests_catch_up_as_ranged_runs_of_the_named_job(demo, db_path):
+def test_sensor_requests_catch_up_as_batch_runs_and_each_window_is_recorded_on_its_own(demo, db_path):
     source = demo_source(demo, windows_per_run=3)
     learn_facts(source)
     defs = build_definitions([source])
-    sensor = defs.resolve_sensor_def("harvest_demo_watermark")
+    sensor = defs.resolve_sensor_def(SENSOR_NAME)
     keys = defs.resolve_assets_def(ASSET).partitions_def.get_partition_keys()
+    chunks = [keys[i:i + 3] for i in range(0, len(keys), 3)]
+    assert len(chunks) >= 3  # so that the sensor has to hold some back
+    batch = defs.resolve_job_def(BATCH_JOB)
     with dg.instance_for_test() as instance:
-        tick = sensor(dg.build_sensor_context(instance=instance, definitions=defs))
-        assert [r.job_name for r in tick.run_requests] == [job_name("demo")] * len(tick.run_requests)
-        ranges = [(r.tags.get(RANGE_START_TAG), r.tags.get(RANGE_END_TAG), r.partition_key) for r in tick.run_requests]
-        chunks = [keys[i:i + 3] for i in range(0, len(keys), 3)]
-        assert ranges == [(c[0], c[-1], None) if len(c) > 1 else (None, None, c[0]) for c in chunks]
-        assert all(r.tags["harvest/source"] == "demo" for r in tick.run_requests)
-
-        job = defs.resolve_job_def(job_name("demo"))
-        for r in tick.run_requests:  # what the daemon does with each request
-            assert job.execute_in_process(instance=instance, tags=r.tags, partition_key=r.partition_key).success
-        runs = instance.get_runs()
-        assert len(runs) == len(chunks) and {r.job_name for r in runs} == {job_name("demo")}
-
+        launched = []
+        for _tick in range(len(chunks)):
+            tick = sensor(dg.build_sensor_context(instance=instance, definitions=defs))
+            if not tick.run_requests:
+                break
+            # At most two chunks of a source in flight: the second run waits for the source's lock.
+            assert len(tick.run_requests) <= 2
+            assert {r.job_name for r in tick.run_requests} == {BATCH_JOB}
+            assert all(r.tags[SOURCES_TAG] == "demo" for r in tick.run_requests)
+            for r in tick.run_requests:  # what the daemon does with each request, one after another
+                launched.append(batch_windows(r.run_config)["demo"])
+                assert batch.execute_in_process(instance=instance, run_config=r.run_config, tags=r.tags).success
+        assert launched == chunks
         after = sensor(dg.build_sensor_context(instance=instance, definitions=defs))
         assert not after.run_requests
-        assert json.loads(after.cursor)["watermark"].startswith(today().strftime("%Y-%m-%d"))
+        assert json.loads(after.cursor)["watermarks"]["demo"].startswith(today().strftime("%Y-%m-%d"))
+        # Every window of the batch runs is its own materialization of harvest/demo, with its own checks.
         assert set(materialized(instance)) == set(keys)
+        checks = per_partition_checks(instance)
+        for name in CHECK_DESCRIPTIONS:
+            assert checks[name] == {k: "SUCCEEDED" for k in keys}, name
         with connect(db_path) as con:  # the runs stored the watermark; the sensor only reads
             assert ledger.get_watermark(con, "demo") == today().replace(tzinfo=None)
+
+
+def test_a_batch_run_harvests_several_sources_and_a_failing_window_fails_alone(demo, db_path):
+    sources = [demo_source(demo, id=sid) for sid in ("alpha", "beta")]
+    for source in sources:
+        learn_facts(source)
+    defs = build_definitions(sources)
+    windows = [day_window(n) for n in (4, 3, 2)]
+    broken = windows[1]
+    path = staging_path(db_path, "beta", broken.start)
+    path.mkdir(parents=True)  # beta's second window raises
+    plan = {"alpha": [w.key for w in windows], "beta": [w.key for w in windows]}
+    with dg.instance_for_test() as instance:
+        result = defs.resolve_job_def(BATCH_JOB).execute_in_process(
+            instance=instance, run_config=batch_run_config(plan), raise_on_error=False,
+        )
+        assert not result.success
+        failure = next(e for e in result.all_events if e.is_step_failure).step_failure_data
+        assert f"1 of 6 windows failed (beta {broken.key}:" in failure.error.message
+        for sid in ("alpha", "beta"):
+            key = dg.AssetKey(["harvest", sid])
+            records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), limit=10).records
+            expected = {w.key for w in windows} - ({broken.key} if sid == "beta" else set())
+            assert {r.partition_key for r in records} == expected, sid
+            infos = instance.event_log_storage.get_asset_check_partition_info([dg.AssetCheckKey(key, "complete")])
+            assert {i.partition_key: i.latest_execution_status.value for i in infos if i.partition_key} == {
+                k: "SUCCEEDED" for k in expected}, sid
+        with connect(db_path) as con:
+            assert ledger.get_window(con, "beta", broken.start.replace(tzinfo=None)).status == ledger.FAILED
+            assert ledger.get_window(con, "alpha", broken.start.replace(tzinfo=None)).status == ledger.VERIFIED
 
 
 def test_sensor_does_not_request_windows_already_in_flight(demo, db_path):
     source = demo_source(demo, windows_per_run=30)
     learn_facts(source)
     defs = build_definitions([source])
-    sensor = defs.resolve_sensor_def("harvest_demo_watermark")
+    sensor = defs.resolve_sensor_def(SENSOR_NAME)
     keys = defs.resolve_assets_def(ASSET).partitions_def.get_partition_keys()
     with dg.instance_for_test() as instance:
-        job = defs.resolve_job_def(job_name("demo"))
-        # A queued ranged run of the first three windows, as the daemon would hold it.
-        queued = instance.create_run_for_job(job, tags=range_tags(keys[0], keys[2]))
+        # A queued UI launch of the first three windows, as the daemon would hold it.
+        queued = instance.create_run_for_job(window_job(defs, "demo"), tags=range_tags(keys[0], keys[2]),
+                                             asset_selection=frozenset({ASSET}))
         assert instance.get_run_by_id(queued.run_id).status == dg.DagsterRunStatus.NOT_STARTED
         tick = sensor(dg.build_sensor_context(instance=instance, definitions=defs))
-        [request] = tick.run_requests
-        assert (request.tags[RANGE_START_TAG], request.tags[RANGE_END_TAG]) == (keys[3], keys[-1])
+        [request] = tick.run_requests  # one chunk in flight already: room for one more
+        assert batch_windows(request.run_config) == {"demo": keys[3:]}

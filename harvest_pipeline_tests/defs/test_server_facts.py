@@ -16,6 +16,7 @@ import pytest
 
 from harvest_pipeline.defs.facts import FACTS_JOB, facts_run_config
 from harvest_pipeline.defs.factory import build_definitions
+from harvest_pipeline.defs.sensors import SENSOR_NAME
 from harvest_pipeline.demo.process import start_demo_provider
 from harvest_pipeline.harvest.server_facts import (
     describe_server,
@@ -121,7 +122,7 @@ def test_sensor_requests_the_refresh_job_which_stores_the_facts(demo, db_path):
     source = demo_source(demo)
     defs = build_definitions([source])  # nothing stored yet: no partitions offered
     assert defs.resolve_assets_def(ASSET).partitions_def.get_partition_keys() == []
-    sensor = defs.resolve_sensor_def("harvest_demo_watermark")
+    sensor = defs.resolve_sensor_def(SENSOR_NAME)
     with dg.instance_for_test() as instance:
         tick = sensor(dg.build_sensor_context(instance=instance, definitions=defs))
         [request] = tick.run_requests
@@ -133,7 +134,7 @@ def test_sensor_requests_the_refresh_job_which_stores_the_facts(demo, db_path):
         assert result.success
         assert read_facts(source, db_path).earliest_datestamp == demo.stats()["earliest"]
         after = sensor(dg.build_sensor_context(instance=instance, definitions=defs, cursor=tick.cursor))
-        assert "reload the code location" in after.skip_message
+        assert "reload the code location" in after.skip_reason.skip_message
     reloaded = build_definitions([source]).resolve_assets_def(ASSET).partitions_def.get_partition_keys()
     assert reloaded[0] == demo.stats()["earliest"][:10]
 

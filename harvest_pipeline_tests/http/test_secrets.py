@@ -20,7 +20,7 @@ from xml.sax.saxutils import escape
 import dagster as dg
 import pytest
 
-from harvest_pipeline.defs.factory import build_definitions, job_name
+from harvest_pipeline.defs.factory import build_definitions, window_job
 from harvest_pipeline.harvest.server_facts import facts_dir, refresh_facts
 from harvest_pipeline.errors import HarvestError
 from harvest_pipeline.harvest import harvest_window
@@ -108,7 +108,7 @@ def test_dagster_run_storage_never_holds_the_secrets(echo_source, db_path):
     source, _ = echo_source
     defs = build_definitions([source])
     with dg.instance_for_test() as instance:
-        result = defs.resolve_job_def(job_name("echo")).execute_in_process(
+        result = window_job(defs, "echo").execute_in_process(
             partition_key=day_window(2).key, instance=instance, raise_on_error=False)
         assert not result.success
         stored = [dg.serialize_value(e) for e in instance.all_logs(result.run_id)]

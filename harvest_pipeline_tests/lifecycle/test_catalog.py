@@ -7,7 +7,7 @@ import duckdb
 import pytest
 
 from harvest_pipeline.defs.catalog import CATALOG_JOB, CATALOG_KEY, CATALOG_SENSOR
-from harvest_pipeline.defs.factory import build_definitions, job_name
+from harvest_pipeline.defs.factory import build_definitions, window_job
 from harvest_pipeline.defs.reconcile import reconcile_key
 from harvest_pipeline.store import connect
 from harvest_pipeline.store.catalog import refresh_catalog
@@ -42,7 +42,7 @@ def test_catalog_asset_builds_view_stats_and_one_parquet_per_source(shared_demo,
     with dg.instance_for_test() as instance:
         for source_id, days in (("demo", (2, 3)), ("physics", (2,))):
             for n in days:
-                assert defs.resolve_job_def(job_name(source_id)).execute_in_process(
+                assert window_job(defs, source_id).execute_in_process(
                     partition_key=day_window(n).key, instance=instance
                 ).success
         result = defs.resolve_job_def(CATALOG_JOB).execute_in_process(instance=instance)
@@ -86,7 +86,7 @@ def test_sensor_refreshes_the_catalog_and_exports_whenever_the_catalogue_changes
         assert isinstance(sensor(dg.build_sensor_context(instance=instance, definitions=defs)), dg.SkipReason)  # no catalogue yet
 
         def harvest(n):
-            defs.resolve_job_def(job_name("demo")).execute_in_process(partition_key=day_window(n).key, instance=instance)
+            window_job(defs, "demo").execute_in_process(partition_key=day_window(n).key, instance=instance)
 
         def tick(cursor):
             return sensor(dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs))

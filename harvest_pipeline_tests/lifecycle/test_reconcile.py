@@ -10,10 +10,10 @@ import pytest
 from harvest_pipeline.defs.factory import build_definitions
 from harvest_pipeline.defs.reconcile import (
     GUARD_CHECK,
-    build_reconcile_job,
+    RECONCILE_JOB,
+    RECONCILE_OP,
     build_reconcile_schedule,
     confirm_run_config,
-    reconcile_job_name,
     reconcile_key,
     reconcile_schedule_name,
 )
@@ -45,8 +45,9 @@ def run_reconcile(source, *, confirm=False):
     """Materialize reconcile/<id> in a real Dagster run; return (result, check evaluation, metadata)."""
     defs = build_definitions([source])
     with dg.instance_for_test() as instance:
-        result = defs.resolve_job_def(reconcile_job_name(source.id)).execute_in_process(
-            instance=instance, raise_on_error=False, run_config=confirm_run_config(source.id) if confirm else None,
+        result = defs.resolve_job_def(RECONCILE_JOB).execute_in_process(
+            instance=instance, raise_on_error=False, run_config=confirm_run_config() if confirm else None,
+            asset_selection=[reconcile_key(source.id)],
         )
         [check] = result.get_asset_check_evaluations()
         record = instance.get_latest_asset_check_evaluation_record(dg.AssetCheckKey(reconcile_key(source.id), GUARD_CHECK))
@@ -124,8 +125,8 @@ def test_large_deletion_is_blocked_until_confirmed(shared_demo, db_path):
         # The check tells the operator how to confirm.
         asset = build_definitions([moved]).resolve_assets_def(reconcile_key("demo"))
         [spec] = asset.check_specs
-        assert spec.blocking and "confirm_mass_deletion: true" in spec.description and "reconcile__demo" in spec.description
-        assert asset.op.name == "reconcile__demo"
+        assert spec.blocking and "confirm_mass_deletion: true" in spec.description and RECONCILE_OP in spec.description
+        assert asset.op.name == RECONCILE_OP and "reconcile/demo" in spec.description
 
         result, check, meta = run_reconcile(moved, confirm=True)
         assert result.success and check.passed and "confirmed" in check.description
@@ -226,16 +227,18 @@ def test_schedule_runs_by_default_only_where_deletions_can_vanish(tunable_demo, 
     learn_facts(source)
     transient = build_definitions([source]).resolve_schedule_def(reconcile_schedule_name("demo"))
     assert transient.default_status == dg.DefaultScheduleStatus.RUNNING
-    assert transient.job_name == reconcile_job_name("demo")
+    assert transient.job_name == RECONCILE_JOB
+    [request] = transient.evaluate_tick(dg.build_schedule_context()).run_requests
+    assert request.asset_selection == [reconcile_key("demo")]  # the shared job, this source only
 
     weekly = build_definitions([demo_source(tunable_demo)]).resolve_schedule_def(reconcile_schedule_name("demo"))
     assert weekly.cron_schedule == "0 3 * * 0"
 
     csw = SourceConfig(id="cat", protocol="csw", url="http://127.0.0.1:9/csw")
-    assert build_reconcile_schedule(csw, build_reconcile_job(csw), None, "-").default_status == dg.DefaultScheduleStatus.RUNNING
+    assert build_reconcile_schedule(csw, None, "-").default_status == dg.DefaultScheduleStatus.RUNNING
     with pytest.raises(ConfigError, match="reconcile.schedule"):
         bad = SourceConfig(id="x", url="http://127.0.0.1:9/oai", reconcile=ReconcileSettings(schedule="every sunday"))
-        build_reconcile_schedule(bad, build_reconcile_job(bad), "no", "-")
+        build_reconcile_schedule(bad, "no", "-")
 
 
 def test_reconcile_asset_sits_downstream_of_the_window_asset(shared_demo, db_path):

@@ -8,12 +8,7 @@ import dagster as dg
 import pytest
 
 from harvest_pipeline.defs.factory import build_definitions
-from harvest_pipeline.defs.jobs import (
-    full_job_name,
-    records_job_name,
-    records_op_name,
-    records_run_config,
-)
+from harvest_pipeline.defs.jobs import FULL_JOB, RECORDS_JOB, RECORDS_OP, full_run_config, records_run_config
 from harvest_pipeline.harvest import harvest_window
 from harvest_pipeline.harvest.full import FULL_START
 from harvest_pipeline.store import connect, ledger
@@ -37,11 +32,11 @@ def test_records_job_fetches_each_identifier_and_reports_unknown_ones(demo, db_p
     demo.touch(a, at=today() - timedelta(hours=1))
     defs = build_definitions([source])
     with dg.instance_for_test() as instance:
-        result = defs.resolve_job_def(records_job_name("demo")).execute_in_process(
+        result = defs.resolve_job_def(RECORDS_JOB).execute_in_process(
             instance=instance, run_config=records_run_config("demo", [a, b, UNKNOWN, a]),
         )
     assert result.success
-    out = result.output_for_node(records_op_name("demo"))
+    out = result.output_for_node(RECORDS_OP)
     assert out["actions"] == {a: "updated", b: "unchanged"}
     assert (out["requested"], out["fetched"], out["not_found"]) == (3, 2, [UNKNOWN])
     assert record_row(db_path, a)["datestamp"] == (today() - timedelta(hours=1)).replace(tzinfo=None)
@@ -63,11 +58,11 @@ def test_a_record_the_server_no_longer_knows_is_left_untouched(demo, db_path):
     demo.set_options(deleted_record="no")  # GetRecord now answers idDoesNotExist
     defs = build_definitions([source])
     with dg.instance_for_test() as instance:
-        result = defs.resolve_job_def(records_job_name("demo")).execute_in_process(
+        result = defs.resolve_job_def(RECORDS_JOB).execute_in_process(
             instance=instance, run_config=records_run_config("demo", [victim]),
         )
     assert result.success
-    assert result.output_for_node(records_op_name("demo"))["not_found"] == [victim]
+    assert result.output_for_node(RECORDS_OP)["not_found"] == [victim]
     assert record_row(db_path, victim)["deleted"] is False
     assert history_actions(db_path, victim) == before
 
@@ -128,7 +123,8 @@ def test_full_job_fails_when_its_checks_fail(tunable_demo, db_path):
     tunable_demo.set_options(complete_list_size_bias=2)
     defs = build_definitions([demo_source(tunable_demo)])
     with dg.instance_for_test() as instance:
-        result = defs.resolve_job_def(full_job_name("demo")).execute_in_process(instance=instance, raise_on_error=False)
+        result = defs.resolve_job_def(FULL_JOB).execute_in_process(
+            instance=instance, raise_on_error=False, run_config=full_run_config("demo"))
     assert not result.success
     failure = next(e for e in result.all_events if e.is_step_failure)
     assert "complete" in failure.step_failure_data.user_failure_data.description

@@ -14,7 +14,7 @@ import dagster as dg
 import pytest
 
 from harvest_pipeline.defs.factory import build_definitions
-from harvest_pipeline.defs.reconcile import GUARD_CHECK, reconcile_job_name
+from harvest_pipeline.defs.reconcile import GUARD_CHECK, RECONCILE_JOB
 from harvest_pipeline.harvest import harvest_window
 from harvest_pipeline.store import connect
 from harvest_pipeline_tests.conftest import today, day_window, demo_source
@@ -57,7 +57,7 @@ def test_one_record_through_every_step_of_its_life(demo, db_path, tmp_path):
     live_before = live_identifiers(db_path)
     defs = build_definitions([source])
     with dg.instance_for_test() as instance:
-        result = defs.resolve_job_def(reconcile_job_name("demo")).execute_in_process(instance=instance)
+        result = defs.resolve_job_def(RECONCILE_JOB).execute_in_process(instance=instance)
     assert result.success
     [check] = result.get_asset_check_evaluations()
     assert (check.check_name, check.passed) == (GUARD_CHECK, True)

@@ -1,0 +1,115 @@
+"""The job `harvest_windows`: one run harvests windows of many sources at once.
+
+A harvest spends nearly all its time waiting for servers, and a Dagster run process costs a few
+hundred MB and a few CPU-seconds to start. So the watermark sensor puts the due windows of up to
+`HARVEST_SOURCES_PER_RUN` sources into one run: one thread per source, that source's windows one
+after another (its lock held, harvest/source_lock.py), the sources side by side. Each window is
+still its own: its own traversal, cursor, ledger row, and its own materialization and check
+results logged against its source's asset `harvest/<id>` and partition, exactly as a ranged run
+of that asset logs them. A failing window fails neither the other windows nor the other sources;
+the run fails at the end, naming them, and the sensor retries them with backoff.
+
+Run config (the sensor writes it; the launchpad accepts it too):
+    ops: {harvest_source_windows: {config: {windows: {<source id>: [<window key>, ...]}}}}
+"""
+
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import dagster as dg
+from dagster_duckdb import DuckDBResource
+from pydantic import Field
+
+from harvest_pipeline.defs.assets import EventRecorder, WindowRun, asset_key_for, failed_windows_text
+from harvest_pipeline.harvest import stop
+from harvest_pipeline.sources import SourceConfig
+
+BATCH_JOB = "harvest_windows"
+BATCH_OP = "harvest_source_windows"
+SOURCES_TAG = "harvest/sources"
+
+
+def batch_run_config(windows: dict[str, list[str]]) -> dict:
+    return {"ops": {BATCH_OP: {"config": {"windows": {sid: list(keys) for sid, keys in windows.items()}}}}}
+
+
+def batch_windows(run_config: dict) -> dict[str, list[str]]:
+    """The windows a run of `harvest_windows` covers, per source (empty for other runs)."""
+    try:
+        return dict(run_config["ops"][BATCH_OP]["config"]["windows"])
+    except (KeyError, TypeError):
+        return {}
+
+
+def batch_tags(windows: dict[str, list[str]]) -> dict[str, str]:
+    """What the Runs list shows of a batch run: its sources (tag values stay short)."""
+    ids = sorted(windows)
+    shown = ",".join(ids)
+    if len(shown) > 200:
+        shown = ",".join(ids[:10]) + f",... ({len(ids)} sources)"
+    return {SOURCES_TAG: shown, "harvest/windows": str(sum(len(k) for k in windows.values()))}
+
+
+class BatchConfig(dg.Config):
+    windows: dict[str, list[str]] = Field(
+        description="per source id, the partition keys of the windows to harvest, in order",
+    )
+
+
+def build_batch_job(sources: list[SourceConfig], partitions_by_source: dict) -> dg.JobDefinition:
+    by_id = {s.id: s for s in sources}
+
+    @dg.op(
+        name=BATCH_OP,
+        description="Harvest the configured windows of several sources at once: a thread per source, its "
+        "windows one after another, each logged as a materialization (and check results) of harvest/<id>.",
+    )
+    def harvest_source_windows(context: dg.OpExecutionContext, config: BatchConfig, duckdb: DuckDBResource) -> None:
+        unknown = sorted(set(config.windows) - set(by_id))
+        if unknown:
+            context.log.error(f"not in the sources file (skipped): {', '.join(unknown)}")
+        plan = {sid: keys for sid, keys in config.windows.items() if sid in by_id and keys}
+        recorder = EventRecorder(context)
+        failed: dict[str, dict[str, str]] = {}
+        guard = threading.Lock()
+
+        def harvest_source(source_id: str) -> None:
+            source = by_id[source_id]
+            run = WindowRun(context, source, asset_key_for(source_id), partitions_by_source[source_id], duckdb)
+            try:
+                with run.source_lock():
+                    bad, _ = run.run_windows(plan[source_id], recorder)
+            except Exception as exc:  # noqa: BLE001 - a source that cannot start fails alone
+                bad = {k: f"not started: {exc}" for k in plan[source_id]}
+                context.log.error(f"{source_id}: {exc}")
+            if bad:
+                with guard:
+                    failed[source_id] = bad
+
+        with stop.handling_signals():
+            context.log.info(f"harvesting {sum(map(len, plan.values()))} window(s) of {len(plan)} source(s) at once")
+            try:
+                with ThreadPoolExecutor(max_workers=max(len(plan), 1), thread_name_prefix="source") as pool:
+                    for future in [pool.submit(harvest_source, sid) for sid in plan]:
+                        future.result()
+            finally:
+                recorder.close()
+        if failed:
+            total = sum(len(k) for k in plan.values())
+            flat = {f"{sid} {k}": why for sid, bad in failed.items() for k, why in bad.items()}
+            raise dg.Failure(
+                description=failed_windows_text(flat, total),
+                metadata={"failed_windows": dg.MetadataValue.json(failed)},
+                allow_retries=False,
+            )
+
+    @dg.job(
+        name=BATCH_JOB,
+        description="Harvest windows of many sources in one run (the watermark sensor launches these): each "
+        "window is recorded as a partition of its source's asset harvest/<id>, with its own check results.",
+    )
+    def harvest_windows():
+        harvest_source_windows()
+
+    return harvest_windows
