@@ -25,6 +25,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from harvest_pipeline.bench.backfill_section import ledger_totals
+from harvest_pipeline.defs.batch import BATCH_JOB, batch_windows
 from harvest_pipeline.bench.report import n1, table
 from harvest_pipeline.bench.spec import bench_provider, child_env
 
@@ -40,14 +41,13 @@ def _progress(home: Path, source_id: str) -> tuple[int, int, list]:
     with dg.DagsterInstance.from_config(str(home)) as instance:
         records = instance.fetch_materializations(
             dg.AssetRecordsFilter(asset_key=dg.AssetKey(["harvest", source_id])), limit=10_000).records
-        runs = instance.get_run_records(filters=dg.RunsFilter(job_name=f"harvest_{source_id}"))
+        runs = instance.get_run_records(filters=dg.RunsFilter(job_name=BATCH_JOB))
         flying = sum(1 for r in runs if not r.dagster_run.is_finished)
-        return len({r.partition_key for r in records}), flying, [
-            (r.create_timestamp.timestamp(), r.end_time, r.dagster_run.status.value,
-             r.dagster_run.tags.get("dagster/asset_partition_range_start") or r.dagster_run.tags.get("dagster/partition"),
-             r.dagster_run.tags.get("dagster/asset_partition_range_end"))
-            for r in runs
-        ]
+        described = []
+        for r in runs:
+            keys = batch_windows(r.dagster_run.run_config).get(source_id) or ["?"]
+            described.append((r.create_timestamp.timestamp(), r.end_time, r.dagster_run.status.value, keys[0], keys[-1]))
+        return len({r.partition_key for r in records}), flying, described
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -82,10 +82,6 @@ def run(args, workdir: Path, *, log=print) -> dict:
         provider.set_options(slow_ms=delay_ms)
         env = child_env({"HARVEST_SOURCES_FILE": workdir / "sources.yaml", "HARVEST_DUCKDB_PATH": db,
                          "DAGSTER_HOME": home})
-        # Dagster creates a pool's limit when it first sees the pool queued, and may dequeue two runs
-        # of a new pool in that first pass; set it beforehand so the runs go one after another.
-        subprocess.run([sys.executable, "-m", "dagster", "instance", "concurrency", "set", f"harvest_{spec.source_id}", "1"],
-                       cwd=workdir, env=env, capture_output=True, check=True, timeout=120)
         log(f"daemon: {days} daily windows, {delay_ms} ms per OAI-PMH response; dagster dev on port {port}")
         t0 = time.time()
         with open(workdir / "dagster_dev.log", "wb") as logf:

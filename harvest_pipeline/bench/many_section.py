@@ -7,8 +7,7 @@ response delayed ``--many-delay-ms`` (2000 ms): the servers, not the CPU, should
 Per level of ``--many-max-runs`` (default ``shipped``: the project's dagster.yaml as it is; a
 number overrides ``concurrency.runs.max_concurrent_runs`` in the copy), on a fresh Dagster home
 and catalogue: write the sources file, store the server facts (``harvest-pipeline facts``, with
-the delay off: a deployment stores them once, when a source is added), set every source's pool
-to 1, switch the delay on, start ``dagster dev`` and wait (at most ``--many-timeout``) until
+the delay off: a deployment stores them once, when a source is added), switch the delay on, start ``dagster dev`` and wait (at most ``--many-timeout``) until
 every window of every source is materialized and no run is in flight; then stop it and read the
 ledger.
 
@@ -204,11 +203,6 @@ def run_level(args, max_runs: str, urls: list[str], first_day: str, farm, folder
                            capture_output=True, text=True, timeout=600)
     if facts.returncode != 0:
         raise RuntimeError(f"harvest-pipeline facts failed: {(facts.stdout + facts.stderr)[-800:]}")
-    # Pools get their limit of 1 before the first run is queued (see daemon_section: a new pool's
-    # first dequeue pass may otherwise start two of its runs).
-    with dg.DagsterInstance.from_config(str(home)) as instance:
-        for sid in ids:
-            instance.event_log_storage.set_concurrency_slots(f"harvest_{sid}", 1)
     _set_delay(urls, delay_ms)
     requests0 = _requests_served(urls)
     load0 = os.getloadavg()

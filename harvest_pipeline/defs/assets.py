@@ -125,7 +125,14 @@ class WindowRun:
 
         self.lister = lister_for(source, state_dir=self.db_path.parent / "hosts")
         self.progress = progress_logger(context, source.id)
-        self._facts_checked = False
+        facts = read_facts(source, self.db_path)
+        if facts is not None:
+            # What the server said of itself when its facts were stored (kept current by the
+            # server_facts_refresh schedule): the run asks no Identify (CSW: GetCapabilities and
+            # the earliest record) of its own. A source without stored facts asks, and stores them.
+            self.lister.assume({"granularity": facts.granularity, "earliest_datestamp": facts.earliest_datestamp,
+                                "deleted_record": facts.deleted_record, "page_cap": facts.page_cap})
+        self._facts_checked = facts is not None
 
     def harvest(self, partition_key: str):
         """One window's WindowReport; raises as harvest_window does (a deferral becomes a Failure without retries)."""
@@ -184,7 +191,7 @@ class WindowRun:
             for name, verdict in report.checks.items():
                 if not verdict.passed and verdict.severity == "error":
                     failing_checks.setdefault(name, []).append(partition_key)
-            recorder.record(self.key, partition_key, report_metadata(self.context, report), report.checks)
+            recorder.record(self.key, partition_key, report)
         self.advance_watermark()
         return failed, failing_checks
 
@@ -225,8 +232,6 @@ class WindowRun:
         if self._facts_checked:
             return
         self._facts_checked = True
-        if read_facts(self.source, self.db_path) is not None:
-            return
         try:
             remember(self.source, self.db_path, describe_server(self.source, lister=self.lister),
                      learned_by=f"first harvest (run {self.context.run.run_id[:8]})")
@@ -247,10 +252,14 @@ class EventRecorder:
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="window-events")
         self.pending = []
 
-    def record(self, asset_key: dg.AssetKey, partition_key: str, metadata: dict, checks: dict) -> None:
-        self.pending.append(self.pool.submit(self._log, asset_key, partition_key, metadata, checks))
+    def record(self, asset_key: dg.AssetKey, partition_key: str, report) -> None:
+        self.pending.append(self.pool.submit(self._log, asset_key, partition_key, report))
 
-    def _log(self, asset_key: dg.AssetKey, partition_key: str, metadata: dict, checks: dict) -> None:
+    def _log(self, asset_key: dg.AssetKey, partition_key: str, report) -> None:
+        # The metadata reads the catalogue (the window's live and deleted records): here, not
+        # between two windows, where it would add a catalogue open to each window's time.
+        metadata = report_metadata(self.context, report)
+        checks = report.checks
         self.context.log_event(dg.AssetMaterialization(asset_key=asset_key, partition=partition_key, metadata=metadata))
         # Each result points at the window's materialization just stored, as Dagster's own results do.
         latest = self.context.instance.fetch_materializations(

@@ -96,7 +96,9 @@ def _catalogue_facts(context, report: WindowReport) -> tuple[dict, dict]:
     if resource is None:
         return {}, {}
     try:
-        with resource.get_connection() as con:
+        from harvest_pipeline.defs.resources import catalogue_connector
+
+        with catalogue_connector(resource)() as con:
             from harvest_pipeline.store.preview import changes_of_attempt, source_has_deletions, window_record_counts
 
             window = window_record_counts(con, report.source_id, report.window.start, report.window.end)

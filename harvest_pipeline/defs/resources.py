@@ -7,7 +7,8 @@ The shared catalogue (PostgreSQL, or DuckLake) is chosen by the environment, rea
 from __future__ import annotations
 
 import os
-from contextlib import contextmanager
+import threading
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Optional
 
@@ -58,14 +59,23 @@ def catalogue_resource() -> CatalogueResource:
     return CatalogueResource(database=str(path), connection_config=connection_config(path), **shared)
 
 
+# One catalogue connection at a time per process for the embedded file. A batch run harvests many
+# sources in threads; DuckDB shares one database instance per file within a process, so two
+# threads' merges would share its catalog (their ATTACH of a staging file under the same alias
+# collides). Other processes wait on DuckDB's file lock anyway: this only orders our own threads.
+_EMBEDDED_CATALOGUE = threading.RLock()
+
+
 def catalogue_connector(resource: DuckDBResource):
     """A `connect()` for the harvest core: the resource's connection, with the schema ensured."""
+    shared = isinstance(resource, CatalogueResource) and resource.settings().shared
 
     @contextmanager
     def connect():
-        with resource.get_connection() as con:
-            ensure_schema(con)
-            yield con
+        with nullcontext() if shared else _EMBEDDED_CATALOGUE:
+            with resource.get_connection() as con:
+                ensure_schema(con)
+                yield con
 
     return connect
 

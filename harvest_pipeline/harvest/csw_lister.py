@@ -40,6 +40,7 @@ class CswLister:
         self.client = client
         self._caps: CswCapabilities | None = None
         self._described: dict | None = None
+        self._assumed_cap: int | None = None
 
     # -- what the server says ---------------------------------------------------------
 
@@ -88,6 +89,12 @@ class CswLister:
             return None
         return earliest.astimezone(timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
 
+    def assume(self, described: dict) -> None:
+        # Capabilities were checked when these facts were learned (harvest/server_facts.py).
+        self._described = {"granularity": GRANULARITY_SECONDS, "earliest_datestamp": described.get("earliest_datestamp"),
+                           "deleted_record": "no"}
+        self._assumed_cap = described.get("page_cap")
+
     def describe(self) -> dict:
         if self._described is None:
             self._check_capabilities(self.capabilities())
@@ -118,7 +125,7 @@ class CswLister:
     def page_size(self) -> int:
         """The configured page size, lowered to the advertised cap when capabilities are known."""
         size = self.settings.page_size
-        cap = self._caps.max_records if self._caps is not None else None
+        cap = self._caps.max_records if self._caps is not None else self._assumed_cap
         return min(size, cap) if cap else size
 
     def constraint(self, from_param: str | None, until_param: str | None) -> WindowConstraint:

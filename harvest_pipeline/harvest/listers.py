@@ -40,6 +40,10 @@ class Lister(Protocol):
     def describe(self) -> dict:
         """What the server says about itself, for `source_state` (granularity, earliest, deletions)."""
 
+    def assume(self, described: dict) -> None:
+        """Take what the server said before (its stored server facts: granularity, earliest_datestamp,
+        deleted_record, page_cap) as its description: describe() then asks the server nothing."""
+
     def bounds(self, start: datetime, end: datetime) -> tuple[str | None, str | None]:
         """The request's from/until for [start, end); (None, None) lists everything."""
 

@@ -33,8 +33,14 @@ class OaiLister:
                                **transport_kwargs(source, state_dir))
         self.client = client
         self._identify = None
+        self._assumed: dict | None = None
+
+    def assume(self, described: dict) -> None:
+        self._assumed = {k: described.get(k) for k in ("granularity", "earliest_datestamp", "deleted_record")}
 
     def describe(self) -> dict:
+        if self._identify is None and self._assumed is not None:
+            return dict(self._assumed)
         if self._identify is None:
             self._identify = self.client.identify()
         info = self._identify
