@@ -14,6 +14,8 @@ from dagster_duckdb import DuckDBResource
 
 from harvest_pipeline.defs.assets import asset_key_for
 from harvest_pipeline.defs.resources import catalogue_connector, catalogue_path
+from harvest_pipeline.errors import HarvestError
+from harvest_pipeline.harvest.source_lock import SourceLock
 from harvest_pipeline.sources import SourceConfig
 
 CHECK = "counts_match"
@@ -22,6 +24,7 @@ DRIFT_JOB = "drift"
 DRIFT_SCHEDULE = "drift_schedule"
 DRIFT_OP = "audit_drift"
 AUDITS_AT_ONCE = 8
+LOCK_WAIT_SECONDS = 600
 CHECK_DESCRIPTION = (
     "The catalogue holds as many records as the server counts (completeListSize of an "
     "unwindowed list, or CSW hits), allowing for records changed since the watermark. A mismatch "
@@ -57,10 +60,18 @@ def build_drift_defs(sources: list[SourceConfig]) -> tuple:
         from harvest_pipeline.harvest.drift import audit_drift
 
         def audit_one(key):
+            source = by_key[key]
+            # Never counted while the source's windows are being merged (harvest/source_lock.py).
+            lock = SourceLock(catalogue_path(duckdb), source.id)
+            if not lock.acquire(timeout=LOCK_WAIT_SECONDS):
+                return HarvestError(f"its windows were being harvested for {LOCK_WAIT_SECONDS // 60} minutes; "
+                                    "the next audit counts again", source_id=source.id)
             try:
-                return audit_drift(by_key[key], db_path=catalogue_path(duckdb), connect=catalogue_connector(duckdb))
+                return audit_drift(source, db_path=catalogue_path(duckdb), connect=catalogue_connector(duckdb))
             except Exception as exc:  # noqa: BLE001 - the other sources are still audited
                 return exc
+            finally:
+                lock.release()
 
         keys = sorted(context.selected_asset_keys, key=lambda k: k.path)
         failed = []

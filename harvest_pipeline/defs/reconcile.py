@@ -10,6 +10,7 @@ from harvest_pipeline.defs.assets import asset_key_for
 from harvest_pipeline.defs.resources import catalogue_connector, catalogue_path
 from harvest_pipeline.defs.sensors import SOURCE_TAG
 from harvest_pipeline.errors import ConfigError
+from harvest_pipeline.harvest.source_lock import SourceLock
 from harvest_pipeline.sources import SourceConfig
 
 GUARD_CHECK = "mass_deletion_guard"
@@ -97,6 +98,10 @@ def build_reconcile_assets(sources: list[SourceConfig]) -> dg.AssetsDefinition |
                 if event["pages"] % 50 == 1:
                     context.log.info(f"{source.id}: listed {event['listed']} identifiers over {event['pages']} pages")
 
+            # Never while the source's windows are being harvested (harvest/source_lock.py).
+            lock = SourceLock(catalogue_path(duckdb), source.id)
+            lock.acquire(on_wait=lambda source=source: context.log.info(
+                f"{source.id}: waiting for the run harvesting its windows"))
             try:
                 report = reconcile_source(
                     source, db_path=catalogue_path(duckdb), run_id=context.run.run_id,
@@ -107,6 +112,8 @@ def build_reconcile_assets(sources: list[SourceConfig]) -> dg.AssetsDefinition |
                 context.log.error(f"{source.id}: reconciliation failed: {exc}")
                 failed.append(f"{source.id}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
                 continue
+            finally:
+                lock.release()
             (context.log.info if report.guard_passed else context.log.error)(f"{source.id}: {report.reason}")
             numbers = {
                 "listed": report.listed,

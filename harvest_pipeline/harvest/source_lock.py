@@ -33,8 +33,10 @@ class SourceLock:
         self.source_id = source_id
         self._fd: int | None = None
 
-    def acquire(self, *, on_wait: Callable[[], None] | None = None) -> bool:
-        """Take the lock, waiting as long as it takes; False if a stop was requested while waiting."""
+    def acquire(self, *, on_wait: Callable[[], None] | None = None, timeout: float | None = None) -> bool:
+        """Take the lock, waiting up to `timeout` seconds (None: as long as it takes); False when the
+        wait ran out or a stop was requested while waiting."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         told = False
@@ -43,7 +45,7 @@ class SourceLock:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                if stop.requested() is not None:
+                if stop.requested() is not None or (deadline is not None and time.monotonic() >= deadline):
                     os.close(fd)
                     return False
                 if not told and on_wait is not None:
