@@ -90,7 +90,7 @@ def cmd_add(args: argparse.Namespace) -> int:
     from harvest_pipeline.store import default_db_path
 
     if learn_new_source(args.id, default_db_path(), learned_by="harvest-pipeline sources add") is None:
-        print(f"{args.id}: server facts not stored yet; its sensor (or `harvest-pipeline facts {args.id}`) learns them")
+        print(f"{args.id}: server facts not stored yet; the sensor harvest_watermarks (or `harvest-pipeline facts {args.id}`) learns them")
     print(f"Added to {path}. Reload the code location in the UI (Deployment -> Reload) to see harvest/{args.id}.")
     return 0
 
@@ -101,7 +101,7 @@ def cmd_remove(args: argparse.Namespace) -> int:
 
     remove_source(args.id)
     print(f"Removed '{args.id}' from {sources_file_path()}. {REMOVED_RECORDS_NOTE}")
-    print("Reload the code location in the UI (Deployment -> Reload): its asset, jobs and sensor go away.")
+    print("Reload the code location in the UI (Deployment -> Reload): its assets and schedule go away.")
     return 0
 
 
