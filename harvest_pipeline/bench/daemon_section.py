@@ -50,6 +50,17 @@ def _progress(home: Path, source_id: str) -> tuple[int, int, list]:
         return len({r.partition_key for r in records}), flying, described
 
 
+def create_instance_storage(home: Path) -> None:
+    """Create the fresh Dagster home's storages before `dagster dev` starts: its processes creating
+    them at once can stamp alembic_version twice (dagster-io/dagster#27390)."""
+    import dagster as dg
+
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        instance.get_runs(limit=1)
+        instance.event_log_storage.get_concurrency_keys()
+        instance.schedule_storage.all_instigator_state()
+
+
 def _stop(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGINT)
@@ -82,6 +93,7 @@ def run(args, workdir: Path, *, log=print) -> dict:
         provider.set_options(slow_ms=delay_ms)
         env = child_env({"HARVEST_SOURCES_FILE": workdir / "sources.yaml", "HARVEST_DUCKDB_PATH": db,
                          "DAGSTER_HOME": home})
+        create_instance_storage(home)
         log(f"daemon: {days} daily windows, {delay_ms} ms per OAI-PMH response; dagster dev on port {port}")
         t0 = time.time()
         with open(workdir / "dagster_dev.log", "wb") as logf:

@@ -36,7 +36,7 @@ import urllib.request
 from datetime import timedelta
 from pathlib import Path
 
-from harvest_pipeline.bench.daemon_section import _stop
+from harvest_pipeline.bench.daemon_section import _stop, create_instance_storage
 from harvest_pipeline.bench.report import n1, table
 from harvest_pipeline.bench.spec import child_env, default_day, midnight
 
@@ -203,6 +203,7 @@ def run_level(args, max_runs: str, urls: list[str], first_day: str, farm, folder
                            capture_output=True, text=True, timeout=600)
     if facts.returncode != 0:
         raise RuntimeError(f"harvest-pipeline facts failed: {(facts.stdout + facts.stderr)[-800:]}")
+    create_instance_storage(home)
     _set_delay(urls, delay_ms)
     requests0 = _requests_served(urls)
     load0 = os.getloadavg()
