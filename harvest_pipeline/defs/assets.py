@@ -94,7 +94,7 @@ def build_window_asset(source: SourceConfig, start: datetime, start_note: str) -
 
     def window_asset(context: dg.AssetExecutionContext, duckdb: DuckDBResource):
         # Under `harvest-pipeline harvest`, SIGTERM/SIGINT stop at a page boundary (harvest/stop.py).
-        with stop.handling_signals():
+        with stop.handling_signals(), _sessions_closed_at_end():
             run = WindowRun(context, source, key, partitions_def, duckdb)
             keys = list(context.partition_keys)
             with run.source_lock():
@@ -111,6 +111,16 @@ def build_window_asset(source: SourceConfig, start: datetime, start_note: str) -
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dg.BetaWarning)
         return decorate(window_asset)
+
+
+@contextmanager
+def _sessions_closed_at_end():
+    from harvest_pipeline.store.session import close_all
+
+    try:
+        yield
+    finally:
+        close_all()  # the catalogue file is free for the sensor and other runs at once
 
 
 class WindowRun:

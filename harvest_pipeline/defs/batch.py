@@ -2,7 +2,7 @@
 
 A harvest spends nearly all its time waiting for servers, and a Dagster run process costs a few
 hundred MB and a few CPU-seconds to start. So the watermark sensor puts the due windows of up to
-`HARVEST_SOURCES_PER_RUN` sources into one run: one thread per source, that source's windows one
+`HARVEST_SOURCES_PER_RUN` (default 100) sources into one run: one thread per source, that source's windows one
 after another (its lock held, harvest/source_lock.py), the sources side by side. Each window is
 still its own: its own traversal, cursor, ledger row, and its own materialization and check
 results logged against its source's asset `harvest/<id>` and partition, exactly as a ranged run
@@ -24,6 +24,7 @@ from pydantic import Field
 from harvest_pipeline.defs.assets import EventRecorder, WindowRun, asset_key_for, failed_windows_text
 from harvest_pipeline.harvest import stop
 from harvest_pipeline.sources import SourceConfig
+from harvest_pipeline.store.session import close_all as close_sessions
 
 BATCH_JOB = "harvest_windows"
 BATCH_OP = "harvest_source_windows"
@@ -95,6 +96,7 @@ def build_batch_job(sources: list[SourceConfig], partitions_by_source: dict) -> 
                         future.result()
             finally:
                 recorder.close()
+                close_sessions()  # the catalogue file is free for the sensor and other runs at once
         if failed:
             total = sum(len(k) for k in plan.values())
             flat = {f"{sid} {k}": why for sid, bad in failed.items() for k, why in bad.items()}

@@ -7,8 +7,7 @@ The shared catalogue (PostgreSQL, or DuckLake) is chosen by the environment, rea
 from __future__ import annotations
 
 import os
-import threading
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
@@ -18,6 +17,7 @@ from dagster_duckdb import DuckDBResource
 from harvest_pipeline.store import default_db_path, ensure_schema
 from harvest_pipeline.store.backend import CatalogueSettings, catalogue_settings, open_shared
 from harvest_pipeline.store.connection import connection_config, open_with_retry
+from harvest_pipeline.store.session import process_session
 
 _ENV = {"catalogue": "HARVEST_CATALOGUE", "pg_dsn": "HARVEST_CATALOGUE_PG_DSN", "ducklake_data_path": "HARVEST_DUCKLAKE_DATA_PATH"}
 
@@ -65,25 +65,22 @@ def catalogue_resource() -> CatalogueResource:
     return CatalogueResource(database=str(path), connection_config=connection_config(path), **shared)
 
 
-# One catalogue connection at a time per process for the embedded file. A batch run harvests many
-# sources in threads; DuckDB shares one database instance per file within a process, so two
-# threads' merges would share its catalog (their ATTACH of a staging file under the same alias
-# collides). Other processes wait on DuckDB's file lock anyway: this only orders our own threads.
-_EMBEDDED_CATALOGUE = threading.RLock()
-
-
 def catalogue_connector(resource: DuckDBResource):
-    """A `connect()` for the harvest core: the resource's connection, with the schema ensured."""
-    shared = isinstance(resource, CatalogueResource) and resource.settings().shared
+    """A `connect()` for the harvest core: a connection with the schema ensured.
 
-    @contextmanager
-    def connect():
-        with nullcontext() if shared else _EMBEDDED_CATALOGUE:
+    Embedded file: the process's one catalogue session (store/session.py), which the threads of a
+    batch run share one at a time and which stays open while they keep it busy. Shared catalogue:
+    a connection of its own each time (PostgreSQL takes many writers)."""
+    if isinstance(resource, CatalogueResource) and resource.settings().shared:
+        @contextmanager
+        def connect_shared():
             with resource.get_connection() as con:
                 ensure_schema(con)
                 yield con
 
-    return connect
+        return connect_shared
+    session = process_session(resource.database, dict(resource.connection_config), on_open=ensure_schema)
+    return session.connection
 
 
 def catalogue_path(resource: DuckDBResource) -> Path:

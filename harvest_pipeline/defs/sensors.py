@@ -55,12 +55,12 @@ PARTITION_TAG = "dagster/partition"
 LEDGER_WAIT_SECONDS = 2.0
 FACTS_RETRY_SECONDS = 600
 CHUNKS_IN_FLIGHT = 2
-DEFAULT_SOURCES_PER_RUN = 25
+DEFAULT_SOURCES_PER_RUN = 100
 TICK_SECONDS = 30
 
 
 def sources_per_run() -> int:
-    """How many sources one batch run harvests at once (HARVEST_SOURCES_PER_RUN, default 25)."""
+    """How many sources one batch run harvests at once (HARVEST_SOURCES_PER_RUN, default 100)."""
     try:
         return max(1, int(os.environ.get("HARVEST_SOURCES_PER_RUN") or DEFAULT_SOURCES_PER_RUN))
     except ValueError:

@@ -1,0 +1,119 @@
+"""One catalogue connection per process, kept open while the process is busy with it.
+
+A batch run harvests many sources in threads, and every window opens the catalogue a few times
+(its ledger row, its merge, its metadata). Opening the embedded DuckDB file costs tens of
+milliseconds, and closing it checkpoints, which is more than a small window's merge. So the
+threads of a process share one connection, one at a time (DuckDB shares one database instance
+per file within a process anyway, attached staging files included):
+
+- a session takes the process's lock, opens the file if it is not open, and runs;
+- the connection stays open while sessions follow each other, and closes once the process has
+  not used it for LINGER_SECONDS, so the sensor and the CLI can read between bursts;
+- it is also closed after MAX_HOLD_SECONDS of continuous use, and the process then waits
+  YIELD_SECONDS before opening it again: other processes waiting on DuckDB's file lock (other
+  runs, the sensor's read, a catalogue refresh) get their turn.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import duckdb
+
+from harvest_pipeline.store.connection import open_with_retry
+
+LINGER_SECONDS = 0.5
+MAX_HOLD_SECONDS = 3.0
+YIELD_SECONDS = 0.4
+
+
+class CatalogueSession:
+    def __init__(self, path: str | Path, settings: dict | None = None, *, on_open=None):
+        self.path, self.settings, self.on_open = Path(path), dict(settings or {}), on_open
+        self._lock = threading.RLock()
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self._opened_at = self._last_used = self._closed_at = 0.0
+        self._closer: threading.Thread | None = None
+
+    @contextmanager
+    def connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        with self._lock:
+            now = time.monotonic()
+            if self._con is not None and now - self._opened_at > MAX_HOLD_SECONDS:
+                self._close()
+                time.sleep(YIELD_SECONDS)  # the file is free: another process's waiting open gets in
+            if self._con is None:
+                self._con = open_with_retry(self.path, settings=self.settings)
+                try:
+                    if self.on_open is not None:
+                        self.on_open(self._con)
+                except BaseException:
+                    self._close()
+                    raise
+                self._opened_at = time.monotonic()
+                self._start_closer()
+            try:
+                yield self._con
+            except duckdb.Error:
+                self._close()  # a connection that failed is not handed to the next session
+                raise
+            finally:
+                self._last_used = time.monotonic()
+
+    def close(self) -> None:
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
+        if self._con is not None:
+            try:
+                self._con.close()
+            finally:
+                self._con = None
+                self._closed_at = time.monotonic()
+
+    def _start_closer(self) -> None:
+        if self._closer is not None and self._closer.is_alive():
+            return
+        self._closer = threading.Thread(target=self._close_when_idle, name="catalogue-closer", daemon=True)
+        self._closer.start()
+
+    def _close_when_idle(self) -> None:
+        while True:
+            time.sleep(LINGER_SECONDS / 2)
+            if not self._lock.acquire(timeout=LINGER_SECONDS):
+                continue  # in use
+            try:
+                if self._con is None:
+                    return
+                if time.monotonic() - self._last_used >= LINGER_SECONDS:
+                    self._close()
+                    return
+            finally:
+                self._lock.release()
+
+
+_SESSIONS: dict[tuple, CatalogueSession] = {}
+_SESSIONS_LOCK = threading.Lock()
+
+
+def process_session(path: str | Path, settings: dict | None = None, *, on_open=None) -> CatalogueSession:
+    """The process's session for the catalogue file at `path` (one per file and settings)."""
+    key = (str(Path(path).resolve()), tuple(sorted((settings or {}).items())))
+    with _SESSIONS_LOCK:
+        session = _SESSIONS.get(key)
+        if session is None:
+            session = _SESSIONS[key] = CatalogueSession(path, settings, on_open=on_open)
+        return session
+
+
+def close_all() -> None:
+    """Close every session's connection (the end of a run: the file is free at once)."""
+    with _SESSIONS_LOCK:
+        sessions = list(_SESSIONS.values())
+    for session in sessions:
+        session.close()
