@@ -68,7 +68,9 @@ class Prefetch:
     def next_ready(self, timeout: float = 0.0) -> bool:
         """True if the next item is waiting now, or arrives within `timeout` seconds."""
         items = self._items
-        with items.not_empty:  # the queue's own condition: woken by the put, no polling
+        # The queue's own condition, woken by each put (no polling). Its lock is held here, so the
+        # size is read with _qsize(): qsize() would take that lock again.
+        with items.not_empty:
             return items.not_empty.wait_for(items._qsize, timeout=max(timeout, 0.0)) > 0
 
     def __iter__(self) -> Iterator[T]:
