@@ -14,6 +14,7 @@ API moved fails alone, as an ERROR row, while the others still run.
 | client      | our OAIClient.list_records_pages(read_ahead=True) over the window, each record touched |
 | harvest     | our harvest_window(): token loop -> staging file -> merge, fresh DuckDB per run |
 | dagster     | the same through build_definitions([source]) + execute_in_process(partition_key=...) |
+| page-rows   | our client + page_rows per page, no staging (only the --big-page section runs it) |
 """
 
 from __future__ import annotations
