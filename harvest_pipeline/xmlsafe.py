@@ -24,6 +24,7 @@ Every response body the harvester reads goes through :func:`parse_xml`. It
 from __future__ import annotations
 
 import codecs
+import io
 import re
 import threading
 
@@ -31,7 +32,7 @@ from lxml import etree
 
 from harvest_pipeline.errors import MalformedXMLError, XMLSecurityError
 
-__all__ = ["make_parser", "parse_xml", "has_doctype"]
+__all__ = ["make_parser", "parse_xml", "iterparse_xml", "has_doctype"]
 
 
 def make_parser() -> etree.XMLParser:
@@ -231,6 +232,59 @@ def parse_xml(content: bytes, *, url: str | None = None) -> etree._Element:
     (nothing is expanded or fetched), and :class:`MalformedXMLError` when it is not well-formed
     (the message has lxml's description with line and column).
     """
+    content = _checked(content, url)
+    try:
+        root = etree.fromstring(content, _parser())
+    except etree.XMLSyntaxError as e:
+        raise MalformedXMLError(f"the response is not well-formed XML: {e.msg}", url=url) from e
+    _refuse_parsed_dtd(root, url)
+    return root
+
+
+def iterparse_xml(content: bytes, tags_for, *, url: str | None = None):
+    """Stream a response body through the hardened parser: ``(events, root)``.
+
+    The same checks as :func:`parse_xml` (encoding, no DTD, same parser options), but the tree is
+    built while ``events`` is iterated: it yields each element whose tag is in
+    ``tags_for(root tag)`` when its end tag is read, so the caller can read it and remove it
+    from the tree (a big page then never holds all its records' trees at once). ``root()``
+    returns the root element once ``events`` is exhausted. Syntax errors are raised by the
+    iteration as :class:`MalformedXMLError`.
+    """
+    content = _checked(content, url)
+    options = dict(resolve_entities=False, no_network=True, load_dtd=False, dtd_validation=False,
+                   huge_tree=False, remove_blank_text=False, collect_ids=False)
+    try:  # the root's tag (namespace) first: it decides which tags to stream
+        _, first = next(etree.iterparse(io.BytesIO(content), events=("start",), **options))
+    except etree.XMLSyntaxError as e:
+        raise MalformedXMLError(f"the response is not well-formed XML: {e.msg}", url=url) from e
+    except StopIteration:
+        raise MalformedXMLError("the response has no root element", url=url) from None
+    parser = etree.iterparse(io.BytesIO(content), events=("end",), tag=tags_for(first.tag), **options)
+
+    def events():
+        try:
+            for _, element in parser:
+                yield element
+        except etree.XMLSyntaxError as e:
+            raise MalformedXMLError(f"the response is not well-formed XML: {e.msg}", url=url) from e
+
+    def root():
+        _refuse_parsed_dtd(parser.root, url)
+        return parser.root
+
+    return events(), root
+
+
+def _refuse_parsed_dtd(root, url: str | None) -> None:
+    docinfo = root.getroottree().docinfo
+    if docinfo.internalDTD is not None or docinfo.externalDTD is not None or docinfo.doctype:
+        # Defence in depth: the prolog scan should make this unreachable.
+        raise _refuse(url)
+
+
+def _checked(content: bytes, url: str | None) -> bytes:
+    """The bytes libxml2 may parse: encoding settled, no DTD in the prolog, not empty."""
     if not isinstance(content, (bytes, bytearray, memoryview)):
         raise TypeError(
             "parse_xml() takes the raw response bytes (response.content), not decoded text: "
@@ -246,12 +300,4 @@ def parse_xml(content: bytes, *, url: str | None = None) -> etree._Element:
             url=url,
             hint="repositories often do this during outages; retry later",
         )
-    try:
-        root = etree.fromstring(content, _parser())
-    except etree.XMLSyntaxError as e:
-        raise MalformedXMLError(f"the response is not well-formed XML: {e.msg}", url=url) from e
-    docinfo = root.getroottree().docinfo
-    if docinfo.internalDTD is not None or docinfo.externalDTD is not None or docinfo.doctype:
-        # Defence in depth: the prolog scan above should make this unreachable.
-        raise _refuse(url)
-    return root
+    return content

@@ -33,7 +33,7 @@ Contenders (``--only a,b,...``; default all, in this order):
 fetch-only  requests.Session GET loop, resumptionToken by bytes regex, no XML parse (the limit)
 sickle      Sickle(url, iterator=OAIItemIterator).ListRecords(...), every record iterated
 scythe      oaipmh-scythe Scythe(url).list_records(...), every record iterated
-client      our OAIClient.list_records_pages over the window, each record touched
+client      our OAIClient.list_records_pages(read_ahead=True) over the window, each record touched
 harvest     our harvest_window(): token loop -> staging DuckDB -> merge, fresh catalogue per run
 dagster     the same via build_definitions([source]) + execute_in_process(partition_key=...) on a
             temporary (sqlite) instance; its overhead over ``harvest`` is printed separately
@@ -89,6 +89,10 @@ Sections (each only when asked; ``--all`` = all of them), each with its own tabl
     max_concurrent_runs to measure (``shipped`` = dagster.yaml as it is). Wall time and records/s
     against one source's own server time (pages x delay), whole-machine peak memory, the
     ``dagster dev`` tree's and the farm's RSS. Targets: >= 80% of server-bound; <= 8 GB.
+``--big-page``
+    ONE ListRecords page of ``--big-page-mb`` (40) MB from the demo provider, fetched, parsed,
+    mapped and turned into Arrow rows in a child process (contender ``page-rows``, no staging):
+    peak RSS, RSS after imports, and the growth in multiples of the page's bytes.
 ``--profile``
     harvest_window on ``--profile-records`` (50,000) under ``--profiler`` cprofile|pyinstrument
     (``--profile-contender dagster`` profiles the Dagster path instead): time per stage, top

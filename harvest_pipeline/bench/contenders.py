@@ -11,9 +11,10 @@ API moved fails alone, as an ERROR row, while the others still run.
 | fetch-only  | requests.Session GET loop, resumptionToken found by a bytes regex: the physical limit |
 | sickle      | Sickle(url, iterator=OAIItemIterator).ListRecords(...), every record iterated |
 | scythe      | oaipmh-scythe Scythe(url).list_records(...), every record iterated |
-| client      | our OAIClient.list_records_pages over the window, each record touched |
+| client      | our OAIClient.list_records_pages(read_ahead=True) over the window, each record touched |
 | harvest     | our harvest_window(): token loop -> staging file -> merge, fresh DuckDB per run |
 | dagster     | the same through build_definitions([source]) + execute_in_process(partition_key=...) |
+| page-rows   | our client + page_rows per page, no staging (only the --big-page section runs it) |
 """
 
 from __future__ import annotations
@@ -168,8 +169,9 @@ def _client_prepare(spec, workdir):
 def _client_run(state, probe) -> dict:
     spec, client = state
     records = pages = deleted = chars = 0
+    # read_ahead: the next request goes out as soon as a page's token is parsed (see list_records_pages).
     for page in client.list_records_pages(spec.metadata_prefix, from_=spec.from_param, until=spec.until_param,
-                                          set_=spec.set_spec):
+                                          set_=spec.set_spec, **_supported(client.list_records_pages, read_ahead=True)):
         pages += 1
         for rec in page.records:
             records += 1
@@ -314,6 +316,34 @@ def _harvest_run(state, probe) -> dict:
     return extra
 
 
+# ------------------------------------------------------------------- one page, parse + rows
+
+
+def _page_rows_prepare(spec, workdir):
+    from harvest_pipeline.harvest.rows import page_rows
+    from harvest_pipeline.oai.client import OAIClient
+
+    return spec, OAIClient(spec.url), page_rows
+
+
+def _page_rows_run(state, probe) -> dict:
+    """What the harvest's page pipeline does with each page (fetch, parse, map, Arrow rows), no
+    staging: the memory of one big page (the --big-page section)."""
+    spec, client, page_rows = state
+    window = spec.window()
+    records = pages = nbytes = 0
+    for page in client.list_records_pages(spec.metadata_prefix, from_=spec.from_param, until=spec.until_param,
+                                          set_=spec.set_spec):
+        rows, _ = page_rows(page, metadata_prefix=spec.metadata_prefix, window_start=window.start,
+                            window_end=window.end)
+        pages += 1
+        records += rows.num_rows
+        nbytes += page.byte_size
+        page.records = []
+        del rows
+    return {"records": records, "pages": pages, "mb": round(nbytes / 1e6, 1)}
+
+
 # ------------------------------------------------------------------------------ via Dagster
 
 
@@ -377,9 +407,12 @@ CONTENDERS: dict[str, Contender] = {
         Contender("client", "our OAIClient, pages + records", _client_prepare, _client_run, _client_cleanup),
         Contender("harvest", "our harvest_window -> DuckDB", _harvest_prepare, _harvest_run),
         Contender("dagster", "harvest via Dagster materialization", _dagster_prepare, _dagster_run, _dagster_cleanup),
+        Contender("page-rows", "our client + page_rows, no staging", _page_rows_prepare, _page_rows_run,
+                  lambda state: state[1].close()),
     )
 }
-ORDER = list(CONTENDERS)
+SECTION_ONLY = ("page-rows",)  # run by a section (--big-page), not in the contender table
+ORDER = [name for name in CONTENDERS if name not in SECTION_ONLY]
 
 
 def parse_names(text: str | None) -> list[str]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from .geo import LON_LAT, axis_order, bbox_from_corners
 from .identifiers import pick_doi, pick_url
 from .model import NormalizedRecord
-from .text import block_text, dedupe, first, text
+from .text import block_text, text
 
 OAI_DC_NS = "http://www.openarchives.org/OAI/2.0/oai_dc/"
 DC_NS = "http://purl.org/dc/elements/1.1/"
@@ -93,44 +93,75 @@ def _ows_bbox(el, spec: tuple[str, str, bool]):
 
 def map_dc(element) -> NormalizedRecord:
     """Map a Dublin Core record (oai_dc:dc or csw:*Record) element."""
+    # The hot loop of a harvest (once per field of every record): text() and clean() are
+    # inlined for leaf elements, which is what Dublin Core fields nearly always are.
     slots: dict[str, list[str]] = {}
     dates: list[str] = []
     bbox = None
+    slot_of = _SLOTS.get
     for child in element:
         tag = child.tag  # a comment's tag is a function: not in either table
-        slot = _SLOTS.get(tag)
+        slot = slot_of(tag)
         if slot is None:
             if bbox is None and tag in _BBOX_TAGS:
                 bbox = _ows_bbox(child, _BBOX_TAGS[tag])
             continue
-        value = block_text(child) if slot in _BLOCK_SLOTS else text(child)
-        if value is None:
+        if slot in _BLOCK_SLOTS:
+            value = block_text(child)
+        elif len(child):
+            value = text(child)
+        else:
+            value = child.text
+            value = " ".join(value.split()) if value else None
+        if not value:
             continue
-        slots.setdefault(slot, []).append(value)
+        values = slots.get(slot)
+        if values is None:
+            slots[slot] = [value]
+        else:
+            values.append(value)
         if slot in _DATE_SLOTS:
             dates.append(value)
 
+    # Every collected value is a non-empty string: dedupe is dict.fromkeys, first is [0].
     get = slots.get
-    titles = dedupe(get("title", []) + get("alternative", []))
-    identifiers = dedupe(get("identifier", ()))
+    titles = get("title")
+    alternative = get("alternative")
+    if alternative:
+        titles = (titles or []) + alternative
+    titles = list(dict.fromkeys(titles)) if titles else []
+    identifiers = get("identifier")
+    identifiers = list(dict.fromkeys(identifiers)) if identifiers else []
     links = get("link", ())
+    description = get("abstract") or get("description")
+    main_date = None
+    for s in _DATE_RANK:
+        values = get(s)
+        if values:
+            main_date = values[0]
+            break
+    kind, language = get("type"), get("language")
     return NormalizedRecord(
         title=titles[0] if titles else None,
         titles=titles,
-        creators=dedupe(get("creator", ())),
-        subjects=dedupe(get("subject", ())),
-        description=first(get("abstract", ())) or first(get("description", ())),
-        dates=dedupe(dates),
-        date=first(first(get(s, ())) for s in _DATE_RANK),
-        type=first(get("type", ())),
-        language=first(get("language", ())),
+        creators=_unique(get("creator")),
+        subjects=_unique(get("subject")),
+        description=description[0] if description else None,
+        dates=list(dict.fromkeys(dates)) if dates else [],
+        date=main_date,
+        type=kind[0] if kind else None,
+        language=language[0] if language else None,
         identifiers=identifiers,
         doi=pick_doi(identifiers, links),
         url=pick_url(identifiers, links),
-        rights=dedupe(get("rights", ())),
+        rights=_unique(get("rights")),
         bbox=bbox,
         format_name="oai_dc",
     )
+
+
+def _unique(values: list[str] | None) -> list[str]:
+    return list(dict.fromkeys(values)) if values else []
 
 
 REGISTRATIONS = (

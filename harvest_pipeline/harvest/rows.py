@@ -2,24 +2,31 @@
 
 from __future__ import annotations
 
-import hashlib
+from hashlib import blake2b as _blake2b
 from datetime import datetime
 
 import pyarrow as pa
 
 from harvest_pipeline.formats import map_record
 from harvest_pipeline.pages import ListPage
+from harvest_pipeline.xmlsafe import parse_xml
 from harvest_pipeline.store.columns import NORMALIZED_COLUMNS, PAGE_COLUMNS, PAGE_SCHEMA
 
 
 def content_hash(metadata_xml: str | None, set_specs: tuple[str, ...], deleted: bool) -> str:
-    h = hashlib.blake2b(digest_size=16)
-    h.update(b"D" if deleted else b"L")
-    h.update("\x1f".join(set_specs).encode())
-    h.update(b"\x1e")
-    if metadata_xml:
-        h.update(metadata_xml.encode("utf-8", "surrogatepass"))
-    return h.hexdigest()
+    return _hash_of(metadata_xml.encode("utf-8", "surrogatepass") if metadata_xml else None, set_specs, deleted)
+
+
+def _hash_of(xml: bytes | None, set_specs: tuple[str, ...], deleted: bool) -> str:
+    # blake2b over b"D"/b"L", the set specs joined by \x1f, \x1e, then the metadata's UTF-8 bytes,
+    # in one call (the same digest as hashing them piece by piece, as stored hashes were).
+    head = (b"D" if deleted else b"L") + "\x1f".join(set_specs).encode() + b"\x1e"
+    return _blake2b(head + xml if xml else head, digest_size=16).hexdigest()
+
+
+# Records turned into Arrow rows at a time: a page near the body cap (tens of thousands of
+# records) then holds one chunk's temporary values at once, not the whole page's.
+ROWS_CHUNK = 2_000
 
 
 def page_rows(
@@ -37,37 +44,76 @@ def page_rows(
     identifier carried characters XML forbids (kind 'identifier': stored under the repaired
     identifier; `raw` is the identifier as sent).
     """
-    cols: dict[str, list] = {c: [] for c in PAGE_COLUMNS}
-    quarantined = [(page.page_number, q.identifier, q.kind, q.error, q.raw) for q in page.quarantined]
+    records = page.records
+    page_number = page.page_number
+    quarantined = [(page_number, q.identifier, q.kind, q.error, q.raw) for q in page.quarantined]
     quarantined += [
-        (page.page_number, stored, "identifier",
+        (page_number, stored, "identifier",
          f"the identifier as sent ({sent!r}) carries characters XML 1.0 forbids; stored as {stored!r} "
          "(control pictures), apart from any identifier without them", sent.encode("utf-8", "surrogatepass"))
         for stored, sent in page.repaired_identifiers
     ]
     ws, we = window_start.replace(tzinfo=None), window_end.replace(tzinfo=None)
-    for seq, rec in enumerate(page.records):
-        ds = rec.datestamp_utc.replace(tzinfo=None) if rec.datestamp_utc else None
-        cols["page_number"].append(page.page_number)
-        cols["seq"].append(seq)
-        cols["identifier"].append(rec.identifier)
-        cols["datestamp"].append(ds)
-        cols["datestamp_raw"].append(rec.datestamp)
-        cols["deleted"].append(rec.deleted)
-        cols["in_window"].append(ds is None or ws <= ds < we)
-        cols["set_specs"].append(list(rec.set_specs))
-        cols["metadata_prefix"].append(metadata_prefix)
-        cols["metadata_xml"].append(None if rec.deleted else rec.metadata_xml)
-        cols["content_hash"].append(content_hash(None if rec.deleted else rec.metadata_xml, rec.set_specs, rec.deleted))
-        normalized: dict = {}
-        error = None
-        if not rec.deleted and rec.metadata is not None:
-            try:
-                normalized = map_record(rec.metadata).to_row()
-            except Exception as exc:  # a record we cannot map is kept raw, never drops the window
-                error = f"{type(exc).__name__}: {exc}"
-                quarantined.append((page.page_number, rec.identifier, "map", error, (rec.metadata_xml or "").encode()))
-        for c in NORMALIZED_COLUMNS:
-            cols[c].append(normalized.get(c))
-        cols["mapping_error"].append(error)
-    return pa.table(cols, schema=PAGE_SCHEMA), quarantined
+    if len(records) <= ROWS_CHUNK:
+        return _rows(records, 0, page_number, metadata_prefix, ws, we, quarantined), quarantined
+    tables = [_rows(records[at:at + ROWS_CHUNK], at, page_number, metadata_prefix, ws, we, quarantined)
+              for at in range(0, len(records), ROWS_CHUNK)]
+    return pa.concat_tables(tables), quarantined
+
+
+def _rows(records: list, first_seq: int, page_number: int, metadata_prefix: str, ws: datetime, we: datetime,
+          quarantined: list) -> pa.Table:
+    """Rows of consecutive records of one page (naive UTC window bounds); map errors go to `quarantined`."""
+    n = len(records)
+    # Column by column, one comprehension each: a page is built in a few passes over its records
+    # instead of 28 appends per record.
+    datestamps = [r.datestamp_utc.replace(tzinfo=None) if r.datestamp_utc is not None else None for r in records]
+    deleted = [r.deleted for r in records]
+    # UTF-8 once, for the hash and for Arrow (which would otherwise encode the text again).
+    live_xml = [None if r.deleted or r.metadata_xml is None else r.metadata_xml.encode("utf-8", "surrogatepass")
+                for r in records]
+    mapped: list = [None] * n
+    errors: list = [None] * n
+    for i, rec in enumerate(records):
+        if rec.deleted:
+            continue
+        element = rec.metadata
+        if element is None and rec.metadata_xml is None:
+            continue
+        try:
+            if element is None:
+                # A record of a page parsed as a stream (oai/parse.py, STREAM_PAGE_BYTES) keeps only
+                # its serialized metadata: parsed again here, one record's tree at a time.
+                element = parse_xml(live_xml[i])
+            mapped[i] = map_record(element)
+        except Exception as exc:  # a record we cannot map is kept raw, never drops the window
+            errors[i] = error = f"{type(exc).__name__}: {exc}"
+            quarantined.append((page_number, rec.identifier, "map", error, live_xml[i] or b""))
+    cols = {
+        "page_number": [page_number] * n,
+        "seq": list(range(first_seq, first_seq + n)),
+        "identifier": [r.identifier for r in records],
+        "datestamp": datestamps,
+        "datestamp_raw": [r.datestamp for r in records],
+        "deleted": deleted,
+        "in_window": [ds is None or ws <= ds < we for ds in datestamps],
+        "set_specs": [list(r.set_specs) for r in records],
+        "metadata_prefix": [metadata_prefix] * n,
+        "metadata_xml": live_xml,
+        "content_hash": [_hash_of(x, r.set_specs, r.deleted) for x, r in zip(live_xml, records)],
+        "mapping_error": errors,
+    }
+    for name in NORMALIZED_COLUMNS:
+        cols[name] = _normalized_column(name, mapped)
+    return pa.table([cols[c] for c in PAGE_COLUMNS], schema=PAGE_SCHEMA)
+
+
+_BBOX_PART = {"bbox_west": 0, "bbox_south": 1, "bbox_east": 2, "bbox_north": 3}
+
+
+def _normalized_column(name: str, mapped: list) -> list:
+    """One normalized column (a key of NormalizedRecord.to_row()) of the page's mapped records."""
+    part = _BBOX_PART.get(name)
+    if part is not None:
+        return [m.bbox[part] if m is not None and m.bbox else None for m in mapped]
+    return [getattr(m, name) if m is not None else None for m in mapped]

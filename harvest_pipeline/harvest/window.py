@@ -22,7 +22,7 @@ from harvest_pipeline.harvest.budget import TraversalBudget, bind_time_budget
 from harvest_pipeline.harvest import stop
 from harvest_pipeline.harvest.listers import Lister, lister_for
 from harvest_pipeline.harvest.plausibility import cap_future_datestamps
-from harvest_pipeline.harvest.prefetch import prefetch
+from harvest_pipeline.harvest.prefetch import FetchAhead, prefetch
 from harvest_pipeline.harvest.rows import page_rows
 from harvest_pipeline.sources import SourceConfig
 from harvest_pipeline.sources.registry import TraversalLimits
@@ -472,11 +472,11 @@ def _run_token_loop(
             size = size if size is not None else page.resumption.complete_list_size
             pending_since = pending_since or time.monotonic()
             # Several pages per commit (a commit costs as much as a few hundred rows), but never more
-            # than `commit_rows` rows or a few seconds of them; and at once when the next page is
-            # not there yet: a slow server's wait pays for the commit.
+            # than `commit_rows` rows or STAGING_COMMIT_SECONDS of them: the next page is awaited
+            # until the oldest staged one is that old, and if it has not come, the batch is
+            # committed while the server keeps us waiting.
             if (commit_rows <= 1 or staging.pending_rows >= commit_rows
-                    or time.monotonic() - pending_since >= STAGING_COMMIT_SECONDS
-                    or not pages.next_ready(timeout=0.02)):
+                    or not pages.next_ready(timeout=pending_since + STAGING_COMMIT_SECONDS - time.monotonic())):
                 commit()
             if page.next_token is not None:
                 stop.check(source_id=source.id, window=window.key, pages=pages_done)
@@ -496,8 +496,17 @@ def _run_token_loop(
 
 
 def _prepared_pages(source, window, lister, pages, *, guards, pages_before, size, seconds_granularity):
-    """Each page checked by the guards, its unreadable records fetched again, mapped to rows."""
-    for page in pages:
+    """Each page checked by the guards, its unreadable records fetched again, mapped to rows.
+
+    Once a page has passed its guards (and its unreadable records were asked for again), the
+    next page is requested while this one is mapped (`FetchAhead`)."""
+    with FetchAhead(pages) as ahead:
+        yield from _prepared_pages_from(source, window, lister, ahead, guards=guards, pages_before=pages_before,
+                                        size=size, seconds_granularity=seconds_granularity)
+
+
+def _prepared_pages_from(source, window, lister, ahead, *, guards, pages_before, size, seconds_granularity):
+    while (page := ahead.next()) is not None:
         page.page_number += pages_before
         if size is None:
             size = page.resumption.complete_list_size
@@ -511,6 +520,8 @@ def _prepared_pages(source, window, lister, pages, *, guards, pages_before, size
                 warnings.append(f"page {page.page_number}: {day_only} datestamp(s) have day granularity although Identify says seconds")
         capped_warnings, capped = cap_future_datestamps(page)
         warnings += capped_warnings
+        if page.next_token is not None and not guards.list_ended:
+            ahead.request_next()
         # Records from the overlap were asked for: only those outside what we asked count as outside.
         asked_from = window.start - timedelta(seconds=source.overlap_seconds)
         rows, quarantined = page_rows(page, metadata_prefix=record_format_label(source), window_start=asked_from, window_end=window.end)

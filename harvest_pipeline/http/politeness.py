@@ -98,17 +98,21 @@ class FileGate:
     def __init__(self, state_dir: Path):
         self.state_dir = Path(state_dir)
 
-    def _path(self, name: str) -> str:
-        # Made every time: someone may clean the folder while a long harvest runs.
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        return str(self.state_dir / name)
+    def _open(self, name: str) -> int:
+        path = os.path.join(self.state_dir, name)
+        try:
+            return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:
+            # Made again when missing: someone may clean the folder while a long harvest runs.
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
 
     def _take_slot(self, key: str, limit: int, max_wait: float, sleep) -> int:
         deadline = time.monotonic() + max_wait
         pause = 0.01
         while True:
             for i in range(limit):
-                fd = os.open(self._path(f"{key}.slot{i}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+                fd = self._open(f"{key}.slot{i}.lock")
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except OSError as e:
@@ -123,7 +127,7 @@ class FileGate:
             pause = min(0.1, pause * 1.5)
 
     def _stamp(self, key: str, interval: float, sleep) -> float:
-        fd = os.open(self._path(f"{key}.last"), os.O_RDWR | os.O_CREAT, 0o644)
+        fd = self._open(f"{key}.last")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             raw = os.pread(fd, 64, 0)

@@ -23,6 +23,7 @@ messages: userinfo in ``base_url`` is moved into requests' auth and stripped fro
 from __future__ import annotations
 
 import hashlib
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -202,15 +203,21 @@ class OAIClient:
         until: str | None = None,
         set_: str | None = None,
         resumption_token: str | None = None,
+        read_ahead: bool = False,
     ) -> Iterator[ListPage]:
         """ListRecords, one :class:`ListPage` per response (see the module doc for the rules).
 
         ``from_``/``until`` are OAI datestamp strings (see
         :func:`harvest_pipeline.dates.window_to_oai_bounds`).
+
+        ``read_ahead=True``: the next page is requested (in a worker thread) as soon as this
+        page's token is parsed, before its records are read, so the server prepares page n+1
+        while we read page n. One request may then be sent beyond the pages consumed; a token
+        the loop guard would stop is never followed early.
         """
         return self._pages(
             "ListRecords", parse_list_records, metadata_prefix, from_, until, set_,
-            resumption_token,
+            resumption_token, read_ahead,
         )
 
     def list_records(
@@ -269,7 +276,7 @@ class OAIClient:
 
     # ---------------------------------------------------------------------------- paging
 
-    def _pages(self, verb, parse, metadata_prefix, from_, until, set_, resumption_token):
+    def _pages(self, verb, parse, metadata_prefix, from_, until, set_, resumption_token, read_ahead=False):
         if resumption_token is not None and not str(resumption_token).strip():
             raise ValueError("resumption_token is empty")
         original = {"metadataPrefix": metadata_prefix} if metadata_prefix else {}
@@ -288,6 +295,8 @@ class OAIClient:
             if not metadata_prefix:
                 raise ValueError(f"{verb} needs a metadata_prefix (or a resumption_token)")
             params = {"verb": verb, **original}
+        if read_ahead:
+            return self._traverse_reading_ahead(verb, parse, params, original)
         return self._traverse(verb, parse, params, original)
 
     def _traverse(self, verb, parse, params, original=None) -> Iterator[ListPage]:
@@ -303,16 +312,54 @@ class OAIClient:
             guard.check(params, token, [r.identifier for r in page.records], url=page.url)
             params = {"verb": verb, "resumptionToken": token}
 
-    def _fetch_page(self, verb, parse, params, original, page_number) -> ListPage:
+    def _traverse_reading_ahead(self, verb, parse, params, original=None) -> Iterator[ListPage]:
+        """`_traverse`, with the next request sent as soon as a page's token is parsed."""
+        guard = _LoopGuard(self.max_token_bytes)
+        original = original or {}
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="oai-read-ahead")
+        ahead: dict = {}  # token -> Future of the _get of its page
+
+        def read_ahead(sent: Mapping[str, str], token: str) -> None:
+            if guard.clearly_new(sent, token):
+                nxt = {"verb": verb, "resumptionToken": token}
+                if self.continuation_with_arguments and original:
+                    nxt = {**nxt, **original}
+                ahead[token] = pool.submit(self._get, nxt)
+
+        try:
+            page_number = 0
+            fetched = None
+            while True:
+                page_number += 1
+                sent = params
+                page = self._fetch_page(verb, parse, params, original, page_number, fetched=fetched,
+                                        on_token=lambda token: read_ahead(sent, token))
+                yield page
+                token = page.next_token
+                if page.empty_list or token is None:
+                    return
+                guard.check(params, token, [r.identifier for r in page.records], url=page.url)
+                params = {"verb": verb, "resumptionToken": token}
+                future = ahead.pop(token, None)
+                _settle(ahead)  # a token that was not the page's (not expected): that answer is dropped
+                fetched = future.result() if future is not None else None
+        finally:
+            _settle(ahead)  # no request outlives the traversal
+            pool.shutdown(wait=True)
+
+    def _fetch_page(self, verb, parse, params, original, page_number, *, fetched=None, on_token=None) -> ListPage:
         """One request. A continuation carries only verb + token, as the protocol says; a server
         that rejects that with badArgument gets the original arguments repeated beside the token,
-        and the client remembers the quirk (see `quirks`)."""
+        and the client remembers the quirk (see `quirks`).
+
+        `fetched`: the (url, body, response) of this request, already sent by the read-ahead."""
         continuation = "resumptionToken" in params
         if continuation and self.continuation_with_arguments and original:
             params = {**params, **original}
+        extra = {"on_token": on_token} if on_token is not None else {}
         try:
-            url, content, _ = self._get(params)
-            return parse(content, url, params, page_number, empty_on_no_records_match=True)
+            url, content, _ = fetched if fetched is not None else self._get(params)
+            return parse(content, url, params, page_number, empty_on_no_records_match=True, **extra)
         except OAIError as exc:
             if not (continuation and exc.code == "badArgument" and original and not self.continuation_with_arguments):
                 raise
@@ -325,6 +372,16 @@ class OAIClient:
             "arguments beside the token from now on"
         )
         return page
+
+
+def _settle(futures: dict) -> None:
+    """Wait for requests nobody will read, and forget them (their errors too)."""
+    for future in futures.values():
+        try:
+            future.result()
+        except BaseException:  # noqa: BLE001 - nobody reads that page
+            pass
+    futures.clear()
 
 
 class _LoopGuard:
@@ -344,6 +401,13 @@ class _LoopGuard:
         self._seen: set[bytes] = set()
         self._last = None
         self.max_token_bytes = max_token_bytes
+
+    def clearly_new(self, sent: Mapping[str, str], token: str) -> bool:
+        """True when `check` cannot stop this token whatever the page holds: not too long, not
+        the token that was sent, never seen before (the read-ahead follows only such tokens)."""
+        data = token.encode("utf-8", "surrogatepass")
+        return (len(data) <= self.max_token_bytes and token != sent.get("resumptionToken")
+                and hashlib.blake2b(data, digest_size=16).digest() not in self._seen)
 
     def check(self, sent: Mapping[str, str], token: str, keys: list, url: str) -> None:
         size = len(token.encode("utf-8", "surrogatepass"))

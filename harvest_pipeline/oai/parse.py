@@ -34,7 +34,7 @@ from harvest_pipeline.errors import (
 from harvest_pipeline.oai.models import IdentifyInfo, MetadataFormat, OAISet
 from harvest_pipeline.pages import HarvestedRecord, ListPage, QuarantinedRecord, ResumptionInfo
 from harvest_pipeline.xmlrepair import repair, split_records, wrap_record
-from harvest_pipeline.xmlsafe import parse_xml
+from harvest_pipeline.xmlsafe import iterparse_xml, parse_xml
 
 __all__ = [
     "OAI_NS",
@@ -144,6 +144,11 @@ def _open(
     """Parse the envelope; raise for OAI errors (``allow_no_records``: noRecordsMatch alone is
     returned as ``r.no_records`` = its message instead of raised)."""
     root, repairs = _parse_repairing(content, url)
+    return _envelope(root, repairs, url, verb, allow_no_records=allow_no_records)
+
+
+def _envelope(root, repairs, url: str | None, verb: str, *, allow_no_records: bool = False) -> _Response:
+    """`_open` on a parsed root (`repairs`: what was repaired to parse it, or None)."""
     tag = root.tag
     if not isinstance(tag, str):
         raise ProtocolError("the response has no root element", url=url)
@@ -366,6 +371,21 @@ def _finish_counters(counters: list[int], warnings: list[str]) -> None:
         )
 
 
+def _early_token(r: _Response) -> str | None:
+    """The page's resumption token, read from the end of the verb element before the records are:
+    the same one :func:`_read_records` keeps (the last in document order), or the stray one."""
+    t_tok, t_rec, t_header = r.T.resumptionToken, r.T.record, r.T.header
+    for child in reversed(r.body):
+        tag = child.tag
+        if tag == t_tok:
+            return _text(child) or None
+        if tag == t_rec or tag == t_header:
+            break
+    if r.body.find(t_tok) is not None:  # a token among the records: leave it to the full read
+        return None
+    return (_text(r.stray_token) or None) if r.stray_token is not None else None
+
+
 def _list_page(
     content: bytes,
     url: str,
@@ -373,14 +393,27 @@ def _list_page(
     page_number: int,
     verb: str,
     empty_on_no_records_match: bool,
+    on_token=None,
 ) -> ListPage:
     params = dict(params) if params else {}
+    if verb == "ListRecords" and len(content) > STREAM_PAGE_BYTES:
+        try:
+            return _streamed_list_records(content, url, params, page_number, empty_on_no_records_match, on_token)
+        except MalformedXMLError:
+            pass  # the whole-tree path below repairs the page or salvages its readable records
     try:
         r = _open(content, url, verb, allow_no_records=empty_on_no_records_match)
     except MalformedXMLError as exc:
         if verb != "ListRecords":
             raise
         return _salvage_list_records(content, url, params, page_number, exc)
+    return _list_page_of(r, content, url, params, page_number, verb, on_token)
+
+
+def _list_page_of(r: _Response, content: bytes, url: str, params: dict, page_number: int, verb: str, on_token,
+                  streamed: tuple[list, list, list] | None = None) -> ListPage:
+    """The ListPage of an opened response. `streamed`: (records, their warnings, counters) already
+    read from the page by `_streamed_list_records` (its verb element then holds no records)."""
     if r.no_records is not None:
         page = ListPage(
             url=url,
@@ -403,10 +436,17 @@ def _list_page(
     T = r.T
     body = r.body
     records: list[HarvestedRecord] = []
-    append = records.append
     counters = [0, 0]
+    if streamed is not None:
+        records, record_warnings, counters = streamed
+        warnings += record_warnings
+    append = records.append
     t_tok = T.resumptionToken
     tok_el = None
+    if on_token is not None and streamed is None:
+        token = _early_token(r)
+        if token:
+            on_token(token)
     if verb == "ListRecords":
         tok_el = _read_records(body, T, append, warnings, counters)
     else:
@@ -445,6 +485,48 @@ def _list_page(
         repaired=r.repaired,
         repaired_identifiers=list(r.repaired_identifiers),
     )
+
+
+# Pages larger than this are parsed as a stream (`_streamed_list_records`): a parsed tree takes
+# about 8x the page's bytes, so a page near the 40 MB body cap would need some 300 MB at once.
+# Normal pages (200 records of a few KB) stay on the faster whole-tree path.
+STREAM_PAGE_BYTES = 4 * 1024 * 1024
+
+
+def _streamed_list_records(content: bytes, url: str, params: dict, page_number: int,
+                           empty_on_no_records_match: bool, on_token) -> ListPage:
+    """`_list_page` for a big ListRecords page, holding one record's tree at a time.
+
+    Each <record> is read when its end tag is parsed, then removed from the tree. Its records
+    carry ``metadata=None``: their mapper parses ``metadata_xml`` again, one at a time (see
+    `harvest/rows.py`). What the records say, the warnings and the token are the same as on the
+    whole-tree path. A page that does not parse goes to that path (repair, salvage).
+    """
+    T = None
+
+    def tags_for(root_tag: str) -> tuple[str, ...]:
+        nonlocal T
+        ns = root_tag[1:].partition("}")[0] if root_tag.startswith("{") else ""
+        T = _tags(ns)
+        return (T.record,)
+
+    events, root = iterparse_xml(content, tags_for, url=url)
+    records: list[HarvestedRecord] = []
+    record_warnings: list[str] = []
+    counters = [0, 0]
+    for rec in events:
+        parent = rec.getparent()
+        if parent is None or parent.tag != T.ListRecords:
+            continue  # a <record> elsewhere: left to the envelope's checks
+        before = len(records)
+        _read_records((rec,), T, records.append, record_warnings, counters)
+        if len(records) > before:
+            records[-1].metadata = None  # the element goes with its tree, now
+        rec.clear()
+        parent.remove(rec)
+    r = _envelope(root(), None, url, "ListRecords", allow_no_records=empty_on_no_records_match)
+    return _list_page_of(r, content, url, params, page_number, "ListRecords", on_token,
+                         streamed=(records, record_warnings, counters))
 
 
 def _salvage_list_records(
@@ -493,6 +575,7 @@ def parse_list_records(
     page_number: int = 1,
     *,
     empty_on_no_records_match: bool = False,
+    on_token=None,
 ) -> ListPage:
     """Parse one ListRecords response into a :class:`ListPage`.
 
@@ -501,8 +584,12 @@ def parse_list_records(
     serialized with every in-scope namespace declaration, so it parses on its own.
     ``noRecordsMatch`` raises NoRecordsMatch, or with ``empty_on_no_records_match=True``
     returns a page with ``empty_list=True`` and no records.
+    ``on_token(token)`` is called with the page's non-empty resumption token as soon as the
+    document is parsed, before its records are read (the client's read-ahead); the page's
+    ``next_token`` is then that token. It is not called when the token sits among the records,
+    nor for a page parsed as a stream (larger than ``STREAM_PAGE_BYTES``).
     """
-    return _list_page(content, url, params, page_number, "ListRecords", empty_on_no_records_match)
+    return _list_page(content, url, params, page_number, "ListRecords", empty_on_no_records_match, on_token)
 
 
 def parse_list_identifiers(
@@ -512,10 +599,11 @@ def parse_list_identifiers(
     page_number: int = 1,
     *,
     empty_on_no_records_match: bool = False,
+    on_token=None,
 ) -> ListPage:
     """Parse one ListIdentifiers response; records carry headers only (metadata None)."""
     return _list_page(
-        content, url, params, page_number, "ListIdentifiers", empty_on_no_records_match
+        content, url, params, page_number, "ListIdentifiers", empty_on_no_records_match, on_token
     )
 
 

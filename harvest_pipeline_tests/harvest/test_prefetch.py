@@ -39,3 +39,47 @@ def test_stopping_early_stops_the_worker():
             break
     assert not any(t.name == "page-prefetch" and t.is_alive() for t in threading.enumerate())
     assert len(produced) <= 5 + 1 + 2 + 1  # at most depth (+ one in hand) beyond what was used
+
+
+def test_next_ready_waits_for_the_next_item_only_as_long_as_asked():
+    import time
+
+    from harvest_pipeline.harvest.prefetch import Prefetch
+
+    gate = threading.Event()
+
+    def slow():
+        gate.wait(5)
+        yield "page"
+
+    items = Prefetch(slow())
+    t0 = time.monotonic()
+    assert items.next_ready(timeout=0.2) is False
+    assert 0.15 <= time.monotonic() - t0 < 2
+    gate.set()
+    assert items.next_ready(timeout=5) is True
+    assert list(items) == ["page"]
+
+
+def test_fetch_ahead_asks_for_a_page_only_when_told_and_in_order():
+    from harvest_pipeline.harvest.prefetch import FetchAhead
+
+    asked = []
+
+    def pages():
+        for n in (1, 2, 3):
+            asked.append((n, threading.current_thread().name))
+            if n == 3:
+                raise ValueError("page 3 broke")
+            yield n
+
+    with FetchAhead(pages()) as ahead:
+        assert ahead.next() == 1 and [n for n, _ in asked] == [1]  # in this thread, on demand
+        ahead.request_next()
+        assert ahead.next() == 2
+        assert asked[1][1].startswith("page-fetch-ahead")  # page 2 was asked for in the worker
+        assert [n for n, _ in asked] == [1, 2]  # nothing beyond what was asked for
+        ahead.request_next()
+        with pytest.raises(ValueError, match="page 3 broke"):  # raised where page 3 comes
+            ahead.next()
+    assert not any(t.name.startswith("page-fetch-ahead") and t.is_alive() for t in threading.enumerate())

@@ -167,3 +167,16 @@ def test_budget_from_the_announced_size_and_the_absolute_caps():
         for i in range(1, 100):
             b.check(P(10, f"t{i}"), None, i)
     assert err.value.guard == "record-limit" and b.received == 510
+
+
+def test_an_absurdly_long_token_on_the_first_page_stops_the_window_before_it_is_sent(db_path):
+    # A 1 MB token (inside a page well under the body cap): never sent back to the server, which
+    # would refuse such a URL anyway; the error names the source, the window, the URL and the cap.
+    with oai_server(lambda n, q: _records_page(n, "p2-" + "y" * 1_000_000)) as srv:
+        with pytest.raises(BudgetExceeded) as err:
+            harvest_window(oai_source(srv), WINDOW, db_path=db_path)
+    text = str(err.value)
+    assert err.value.guard == "token-too-long"
+    assert "1000003 bytes" in text and "traversal.max_token_bytes = 4096" in text
+    assert "source=loop" in text and f"window={WINDOW.key}" in text and srv.url("/oai") in text
+    assert len(srv.requests) == 1 + 1  # Identify and page 1: the token was never followed

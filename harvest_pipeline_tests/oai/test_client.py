@@ -303,3 +303,55 @@ def test_a_stateful_server_reusing_one_token_string_is_not_stopped():
                               page(["s3"], token("cursor")), page(["s4"])])
     assert [r.identifier for r in client.list_records("oai_dc")] == ["s1", "s2", "s3", "s4"]
     assert len(ad.requests) == 4
+
+
+# ------------------------------------------------------------------------- read-ahead
+
+
+def test_read_ahead_yields_the_same_pages_and_sends_the_same_requests():
+    responses = [
+        page(["a1", "a2"], token("t2", completeListSize="5")),
+        page(["a3", "a4"], token("t3", completeListSize="5")),
+        page(["a5"], token(None, completeListSize="5")),
+    ]
+    plain_client, plain = make_client(list(responses))
+    ahead_client, ahead = make_client(list(responses))
+    want = [(p.page_number, [r.identifier for r in p.records], p.next_token)
+            for p in plain_client.list_records_pages("oai_dc", from_="2024-01-01")]
+    got = [(p.page_number, [r.identifier for r in p.records], p.next_token)
+           for p in ahead_client.list_records_pages("oai_dc", from_="2024-01-01", read_ahead=True)]
+    assert got == want == [(1, ["a1", "a2"], "t2"), (2, ["a3", "a4"], "t3"), (3, ["a5"], None)]
+    assert [ahead.query(i) for i in range(3)] == [plain.query(i) for i in range(3)]
+    assert len(ahead.requests) == 3
+
+
+def test_read_ahead_asks_for_the_next_page_before_this_one_is_consumed():
+    client, ad = make_client([page(["a1"], token("t2")), page(["a2"])])
+    it = client.list_records_pages("oai_dc", read_ahead=True)
+    first = next(it)
+    assert first.next_token == "t2"
+    assert len(ad.requests) == 2  # page 2 was asked for while page 1 was read
+    assert [r.identifier for r in next(it).records] == ["a2"]
+    assert next(it, None) is None and len(ad.requests) == 2
+
+
+def test_read_ahead_never_follows_a_token_the_loop_guard_stops():
+    same = page(["x"], token("same"))
+    client, ad = make_client(lambda req: same)
+    with pytest.raises(ProtocolError, match="endless loop"):
+        list(client.list_records_pages("oai_dc", read_ahead=True))
+    assert len(ad.requests) == 2  # as without read-ahead: the repeated token is not sent again early
+
+    long_token = "x" * 5000
+    client, ad = make_client(lambda req: page(["y"], token(long_token)))
+    with pytest.raises(ProtocolError, match="resumption token of 5000 bytes"):
+        list(client.list_records_pages("oai_dc", read_ahead=True))
+    assert len(ad.requests) == 1
+
+
+def test_read_ahead_raises_a_failed_request_where_its_page_would_come():
+    client, ad = make_client([page(["a1"], token("t2")), error("badResumptionToken", "expired")])
+    it = client.list_records_pages("oai_dc", read_ahead=True)
+    assert [r.identifier for r in next(it).records] == ["a1"]
+    with pytest.raises(BadResumptionToken):
+        next(it)
