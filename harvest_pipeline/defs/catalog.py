@@ -8,11 +8,15 @@ materializations, which the op jobs do not emit.
 """
 
 
+import json
+import time
+
 import dagster as dg
 import duckdb as duckdb_module
 from dagster_duckdb import DuckDBResource
 
 from harvest_pipeline.defs.assets import asset_key_for
+from harvest_pipeline.defs.batch import BATCH_JOB
 from harvest_pipeline.defs.reconcile import reconcile_key
 from harvest_pipeline.defs.resources import catalogue_connector, catalogue_path
 from harvest_pipeline.errors import HarvestError
@@ -29,6 +33,9 @@ from harvest_pipeline.store.preview import latest_records
 CATALOG_KEY = dg.AssetKey(["catalog"])
 CATALOG_JOB = "catalog_refresh_job"
 CATALOG_SENSOR = "catalog_refresh"
+REFRESH_WHILE_HARVESTING_SECONDS = 600
+IN_FLIGHT_STATUSES = (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED,
+                      dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED)
 LATEST_PER_SOURCE = 5
 LATEST_SCHEMA = dg.TableSchema(
     columns=[
@@ -115,6 +122,13 @@ def build_catalog_sensor(job) -> dg.SensorDefinition:
         description="Requests a catalog refresh (view, source_stats, Parquet exports) whenever the catalogue has changed.",
     )
     def catalog_refresh(context: dg.SensorEvaluationContext):
+        last_fingerprint, last_at = _catalog_cursor(context.cursor)
+        busy = context.instance.get_runs(
+            filters=dg.RunsFilter(job_name=BATCH_JOB, statuses=list(IN_FLIGHT_STATUSES)), limit=1)
+        if busy and time.time() - last_at < REFRESH_WHILE_HARVESTING_SECONDS:
+            # A refresh takes the catalogue's lock for a while and a run process of its own: while
+            # windows are being harvested it waits, at most REFRESH_WHILE_HARVESTING_SECONDS.
+            return dg.SkipReason("windows are being harvested; the catalog view refreshes when they are done")
         try:
             with connect(read_only=True, wait_seconds=10) as con:
                 fingerprint = catalog_fingerprint(con)
@@ -122,11 +136,24 @@ def build_catalog_sensor(job) -> dg.SensorDefinition:
             return dg.SkipReason(f"will try next tick: {exc}")
         except duckdb_module.Error as exc:
             return dg.SkipReason(f"catalogue not ready: {exc}")
-        if fingerprint == context.cursor:
+        if fingerprint == last_fingerprint:
             return dg.SkipReason("the catalogue has not changed since the last refresh")
         return dg.SensorResult(
             run_requests=[dg.RunRequest(run_key=f"catalog:{fingerprint}")],
-            cursor=fingerprint,
+            cursor=json.dumps({"fingerprint": fingerprint, "at": time.time()}),
         )
 
     return catalog_refresh
+
+
+def _catalog_cursor(cursor: str | None) -> tuple[str | None, float]:
+    """(fingerprint of the last refresh, when it was requested); a bare fingerprint from before."""
+    if not cursor:
+        return None, 0.0
+    try:
+        state = json.loads(cursor)
+    except ValueError:
+        return cursor, 0.0
+    if not isinstance(state, dict):
+        return cursor, 0.0
+    return state.get("fingerprint"), float(state.get("at") or 0.0)

@@ -7,6 +7,7 @@ import duckdb
 import pytest
 
 from harvest_pipeline.defs.catalog import CATALOG_JOB, CATALOG_KEY, CATALOG_SENSOR
+from harvest_pipeline.defs.batch import BATCH_JOB, batch_run_config
 from harvest_pipeline.defs.factory import build_definitions, window_job
 from harvest_pipeline.defs.reconcile import reconcile_key
 from harvest_pipeline.store import connect
@@ -104,7 +105,13 @@ def test_sensor_refreshes_the_catalog_and_exports_whenever_the_catalogue_changes
         idle = tick(first.cursor)
         assert isinstance(idle, dg.SkipReason) and "not changed" in idle.skip_message
 
-        harvest(5)  # the catalogue changes: the next tick asks for a refresh
+        harvest(5)  # the catalogue changes: the next tick asks for a refresh ...
+        # ... but not while windows are being harvested (it waits, at most 10 minutes).
+        queued = instance.create_run_for_job(defs.resolve_job_def(BATCH_JOB),
+                                             run_config=batch_run_config({"demo": [day_window(6).key]}))
+        waiting = tick(first.cursor)
+        assert isinstance(waiting, dg.SkipReason) and "being harvested" in waiting.skip_message
+        instance.delete_run(queued.run_id)
         second = tick(first.cursor)
         [again] = second.run_requests
         assert again.run_key != request.run_key
