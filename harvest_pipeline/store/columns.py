@@ -14,17 +14,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import pyarrow as pa
-
-_TEXT = pa.string()
-_TEXTS = pa.list_(pa.string())
+# Arrow types by name: pyarrow is imported when a page's schema is first needed, not by every
+# process that only needs the column lists (loading the Dagster definitions, the sensor).
+_TEXT = "string"
+_TEXTS = "list<string>"
+_ARROW_TYPES = {
+    "string": lambda pa: pa.string(),
+    "list<string>": lambda pa: pa.list_(pa.string()),
+    "timestamp[us]": lambda pa: "timestamp[us]",
+    "bool": lambda pa: "bool",
+    "float64": lambda pa: "float64",
+    "int32": lambda pa: "int32",
+}
 
 
 @dataclass(frozen=True)
 class Column:
     name: str
     sql: str  # DuckDB type
-    arrow: pa.DataType | None = None  # its type in a staged page; None: the catalogue fills it
+    arrow: str | None = None  # its Arrow type (a name of _ARROW_TYPES) in a staged page; None: the catalogue fills it
     not_null: bool = False
     value: bool = False  # a version's content: compared, upserted, staged
     normalized: bool = False  # one of NormalizedRecord.to_row()'s keys, filled by the mappers
@@ -35,16 +43,16 @@ class Column:
     doc: str = ""  # why it is there, when the name does not say (a comment in the DDL)
 
 
-def _normalized(name: str, sql: str, arrow: pa.DataType) -> Column:
+def _normalized(name: str, sql: str, arrow: str) -> Column:
     return Column(name, sql, arrow, value=True, normalized=True, dropped_by_tombstone=True)
 
 
 RECORD_COLUMNS: tuple[Column, ...] = (
     Column("source_id", "VARCHAR", not_null=True),
     Column("identifier", "VARCHAR", _TEXT, not_null=True),
-    Column("datestamp", "TIMESTAMP", pa.timestamp("us"), value=True, doc="the server's datestamp, parsed to UTC"),
+    Column("datestamp", "TIMESTAMP", "timestamp[us]", value=True, doc="the server's datestamp, parsed to UTC"),
     Column("datestamp_raw", "VARCHAR", _TEXT, value=True, doc="as the server wrote it"),
-    Column("deleted", "BOOLEAN", pa.bool_(), not_null=True, value=True, catalog=False),
+    Column("deleted", "BOOLEAN", "bool", not_null=True, value=True, catalog=False),
     Column("set_specs", "VARCHAR[]", _TEXTS, value=True),
     Column("metadata_prefix", "VARCHAR", _TEXT, value=True),
     Column("metadata_xml", "VARCHAR", _TEXT, value=True, dropped_by_tombstone=True, catalog=False, shown=False,
@@ -62,10 +70,10 @@ RECORD_COLUMNS: tuple[Column, ...] = (
     _normalized("doi", "VARCHAR", _TEXT),
     _normalized("url", "VARCHAR", _TEXT),
     _normalized("rights", "VARCHAR[]", _TEXTS),
-    _normalized("bbox_west", "DOUBLE", pa.float64()),
-    _normalized("bbox_south", "DOUBLE", pa.float64()),
-    _normalized("bbox_east", "DOUBLE", pa.float64()),
-    _normalized("bbox_north", "DOUBLE", pa.float64()),
+    _normalized("bbox_west", "DOUBLE", "float64"),
+    _normalized("bbox_south", "DOUBLE", "float64"),
+    _normalized("bbox_east", "DOUBLE", "float64"),
+    _normalized("bbox_north", "DOUBLE", "float64"),
     Column("mapping_error", "VARCHAR", _TEXT, value=True, dropped_by_tombstone=True),
     Column("first_seen_at", "TIMESTAMP", not_null=True),
     Column("written_at", "TIMESTAMP", not_null=True, doc="when a harvest last changed this row"),
@@ -86,9 +94,9 @@ RECORD_KEY = ("source_id", "identifier")
 # Columns of a staged page that are not the record's: where in the traversal it came, and whether
 # its datestamp lies inside the requested window.
 PAGE_ONLY_COLUMNS: tuple[Column, ...] = (
-    Column("page_number", "INTEGER", pa.int32()),
-    Column("seq", "INTEGER", pa.int32()),
-    Column("in_window", "BOOLEAN", pa.bool_()),
+    Column("page_number", "INTEGER", "int32"),
+    Column("seq", "INTEGER", "int32"),
+    Column("in_window", "BOOLEAN", "bool"),
 )
 
 VALUE_COLUMNS: tuple[str, ...] = tuple(c.name for c in RECORD_COLUMNS if c.value)
@@ -100,7 +108,6 @@ STATE_COLUMNS: tuple[str, ...] = tuple(c.name for c in RECORD_COLUMNS if c.shown
 DESCRIPTIVE_COLUMNS: tuple[str, ...] = tuple(c.name for c in RECORD_COLUMNS if c.shown and c.dropped_by_tombstone)
 
 PAGE_COLUMN_DEFS: tuple[Column, ...] = PAGE_ONLY_COLUMNS + tuple(c for c in RECORD_COLUMNS if c.arrow is not None)
-PAGE_SCHEMA = pa.schema([(c.name, c.arrow) for c in PAGE_COLUMN_DEFS])
 PAGE_COLUMNS: tuple[str, ...] = tuple(c.name for c in PAGE_COLUMN_DEFS)
 
 
@@ -132,3 +139,13 @@ def add_record_columns_sql(migration: int) -> str:
 def create_page_records_sql() -> str:
     """A staging file's `page_records` table (constraints are the catalogue's business)."""
     return f"CREATE TABLE IF NOT EXISTS page_records (\n{_definitions(PAGE_COLUMN_DEFS, constraints=False)}\n);\n"
+
+
+def __getattr__(name: str):
+    if name == "PAGE_SCHEMA":  # the staged page's Arrow schema, built on first use
+        import pyarrow as pa
+
+        schema = pa.schema([(c.name, _ARROW_TYPES[c.arrow](pa)) for c in PAGE_COLUMN_DEFS])
+        globals()["PAGE_SCHEMA"] = schema
+        return schema
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
