@@ -19,7 +19,7 @@ from harvest_pipeline.defs.partitions import closed_windows, partitions_for
 from harvest_pipeline.defs.report import progress_logger, report_metadata
 from harvest_pipeline.defs.resources import catalogue_connector, catalogue_path
 from harvest_pipeline.errors import DeferredError, HarvestError
-from harvest_pipeline.harvest import Window, WindowReport, harvest_partition, stop
+from harvest_pipeline.harvest import Window, WindowOutcome, WindowReport, harvest_partition, harvest_windows, stop
 from harvest_pipeline.harvest.listers import lister_for
 from harvest_pipeline.harvest.server_facts import describe_server, read_facts, remember
 from harvest_pipeline.harvest.watermark import advance_stored
@@ -140,30 +140,41 @@ class WindowRun:
             ) from None
 
     def harvest_range(self, keys: list[str]):
-        """Every window of a ranged run, each recorded per partition; fail at the end naming failures."""
+        """Every window of a ranged run, each recorded per partition; fail at the end naming failures.
+
+        harvest_windows merges window N (and records its events here) while window N+1 is fetched."""
         failed: dict[str, str] = {}
         failing_checks: dict[str, list[str]] = {name: [] for name in CHECK_DESCRIPTIONS}
         recorder = EventRecorder(self.context, self.key)
-        for n, partition_key in enumerate(keys, 1):
-            if stop.requested() is not None:
-                # Stopped: the windows after the stopped one are not started (they stay missing).
-                failed[partition_key] = f"not started: the harvest was stopped by {stop.signal_name(stop.requested())}"
-                continue
-            try:
-                report = self.harvest(partition_key)
-            except stop.HarvestStopped as exc:
-                failed[partition_key] = _first_line(exc)
-                self.context.log.warning(f"{self.source.id} {partition_key} ({n}/{len(keys)}): {exc}")
-                continue
-            except Exception as exc:  # noqa: BLE001 - the ledger has it; the other windows still run
-                failed[partition_key] = _first_line(exc)
-                self.context.log.error(f"{self.source.id} {partition_key} ({n}/{len(keys)}): {exc}")
-                continue
+        position = {key: n for n, key in enumerate(keys, 1)}
+
+        def window_done(outcome: WindowOutcome) -> None:
+            partition_key = outcome.window.key
+            if outcome.error is not None:
+                failed[partition_key] = _first_line(outcome.error)
+                if outcome.started:
+                    at = f"{self.source.id} {partition_key} ({position[partition_key]}/{len(keys)}): {outcome.error}"
+                    stopped = isinstance(outcome.error, stop.HarvestStopped)
+                    self.context.log.warning(at) if stopped else self.context.log.error(at)
+                return
+            report = outcome.report
             for name, verdict in report.checks.items():
                 if not verdict.passed and verdict.severity == "error":
                     failing_checks.setdefault(name, []).append(partition_key)
             recorder.record(partition_key, report_metadata(self.context, report), report.checks)
-        recorder.close()
+
+        self._remember_facts_once()
+        windows = []
+        for partition_key in keys:
+            tw = self.partitions_def.time_window_for_partition_key(partition_key)
+            windows.append(Window(tw.start, tw.end, partition_key))
+        try:
+            harvest_windows(
+                self.source, windows, run_id=self.context.run.run_id, db_path=self.db_path,
+                connect=self.connect, lister=self.lister, progress=self.progress, on_window_done=window_done,
+            )
+        finally:
+            recorder.close()
         self.advance_watermark()
         # Dagster wants each declared check once per run: a summary of the range (partition None).
         for name, bad in failing_checks.items():
