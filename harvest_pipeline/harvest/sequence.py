@@ -115,6 +115,11 @@ def harvest_windows(
 
     harvest_kw = dict(run_id=run_id, db_path=db_path, connect=catalogue, lister=lister, progress=progress)
     identify_recorded = False
+    quirks_known = None  # the stored quirks as the window before read them, plus what it learned
+    windows = list(windows)
+    # Which windows split before (their next run goes to their sub-windows), read once.
+    with catalogue() as con:
+        prior_states = {w.start: window_state(con, source.id, w.start) for w in windows}
     try:
         for window in windows:
             signum = stop.requested()
@@ -126,30 +131,36 @@ def harvest_windows(
                 )
                 pending.append(merger.submit(deliver, WindowOutcome(window, error=not_started, started=False)))
                 continue
-            with catalogue() as con:
-                prior = window_state(con, source.id, window.start)
+            prior = prior_states[window.start]
             if prior is not None and prior.split_into:
                 # Split before: its sub-windows are harvested and merged here, after the merges before it.
                 wait_for_merges()
                 pending.append(merger.submit(deliver, _outcome(window, harvest_partition, source, window, **harvest_kw)))
+                quirks_known = None
                 continue
-            harvest = WindowHarvest(source, window, record_identify=not identify_recorded, **harvest_kw)
+            # Window N+1's ledger row is written in the merge thread, after window N's merge.
+            harvest = WindowHarvest(source, window, record_identify=not identify_recorded, quirks_known=quirks_known,
+                                    submit_begin=merger.submit, **harvest_kw)
             try:
                 harvest.traverse()
             except HarvestError as exc:
                 identify_recorded = identify_recorded or harvest.begun
+                quirks_known = _learned(harvest)
                 if split_reason(exc) is None:
                     pending.append(merger.submit(deliver, WindowOutcome(window, error=exc)))
                     continue
                 wait_for_merges()
                 pending.append(merger.submit(
                     deliver, _outcome(window, split_failed_window, source, window, exc, **harvest_kw)))
+                quirks_known = None
                 continue
             except Exception as exc:  # noqa: BLE001 - recorded in the ledger by traverse(); the next windows run
                 identify_recorded = identify_recorded or harvest.begun
+                quirks_known = _learned(harvest)
                 pending.append(merger.submit(deliver, WindowOutcome(window, error=exc)))
                 continue
             identify_recorded = True
+            quirks_known = _learned(harvest)
             pending.append(merger.submit(merged, harvest))
     finally:
         merger.shutdown(wait=True)
@@ -158,6 +169,13 @@ def harvest_windows(
     if callback_errors:
         raise callback_errors[0]
     return outcomes
+
+
+def _learned(harvest: WindowHarvest) -> set[str] | None:
+    """The quirks the next window starts from: stored + learned (None: read them, not begun)."""
+    if not harvest.begun:
+        return None
+    return set(harvest.known_quirks) | set(getattr(harvest, "quirks", ())) | set(harvest.lister.quirks)
 
 
 def _outcome(window: Window, harvest, *args, **kw) -> WindowOutcome:

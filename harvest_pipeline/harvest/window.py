@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
@@ -209,11 +210,16 @@ class WindowHarvest:
     phases the window's lock stays held and its staging file holds the whole, closed list: a crash
     there loses nothing (the next run finds the closed cursor and merges without refetching).
     `record_identify=False`: the caller already stored what the server said about itself.
+    `quirks_known` (the stored quirks, as the window before read them, plus what it learned) and
+    `submit_begin` (runs a function in the caller's catalogue-writer thread, returns its Future):
+    the window's ledger row is written there while its first page is fetched; `traverse()` waits
+    for it before it returns or records a failure.
     """
 
     def __init__(self, source: SourceConfig, window: Window, *, run_id: str | None = None, db_path: str | Path,
                  connect: Connect | None = None, lister: Lister | None = None, progress: Progress | None = None,
-                 full: bool = False, part: PartLedger | None = None, record_identify: bool = True):
+                 full: bool = False, part: PartLedger | None = None, record_identify: bool = True,
+                 quirks_known: set[str] | None = None, submit_begin: Callable[[Callable], Future] | None = None):
         self.source, self.window, self.db_path, self.full, self.part = source, window, db_path, full, part
         self.run_id = run_id or uuid.uuid4().hex
         self.connect = connect or (lambda: store_connect(db_path))
@@ -223,6 +229,8 @@ class WindowHarvest:
         self.started = time.monotonic()
         self.traversed = False
         self.begun = False  # its ledger row (and Identify, when asked) is written
+        self.quirks_known, self.submit_begin = quirks_known, submit_begin
+        self._begin: Future | None = None
 
     def traverse(self) -> None:
         """Begin the window and run its token loop until the list ended and is committed."""
@@ -254,10 +262,17 @@ class WindowHarvest:
                 return known_quirks
 
             # A shared catalogue may refuse a write another worker's wrote across: run it again.
-            known_quirks = run_write(self.connect, begin, what=f"source {source.id}, window {window.key}: begin", log=log)
-            self.begun = True
-            lister.apply_quirks(known_quirks)
-            self.known_quirks = known_quirks
+            write_begin = lambda: run_write(self.connect, begin, what=f"source {source.id}, window {window.key}: begin", log=log)  # noqa: E731
+            if self.quirks_known is not None and self.submit_begin is not None:
+                # The quirks came with the window before: the ledger row is written in the
+                # caller's writer thread while the first page is fetched (joined below).
+                self._begin = self.submit_begin(write_begin)
+                known_quirks = set(self.quirks_known)
+            else:
+                known_quirks = write_begin()
+                self.begun = True
+                lister.apply_quirks(known_quirks)
+                self.known_quirks = known_quirks
 
             cursor = staging.cursor()
             self.resumed = bool(cursor and cursor.request_key == request_key and (cursor.token or cursor.closed))
@@ -285,6 +300,7 @@ class WindowHarvest:
                         raise exc.with_context(hint="the page stays malformed after refetching; report it to the server's maintainers") from None
                     staging.add_warning(f"page {at_page + 1} did not parse, fetched it again: {exc}")
             self.restarts = restarts
+            self._join_begin()
             self.cursor = cursor = staging.cursor()
             if not self.full:
                 behind = _server_clock_behind(window, cursor.response_date)
@@ -369,8 +385,21 @@ class WindowHarvest:
         if self.staging is not None:
             self.staging.release()
 
+    def _join_begin(self) -> None:
+        """Wait for a ledger row written in the caller's writer thread (raises what it raised)."""
+        if self._begin is None:
+            return
+        begin, self._begin = self._begin, None
+        self.known_quirks = begin.result()
+        self.begun = True
+
     def _fail(self, exc: BaseException):
         """Record the failure as harvest_window always did, release the window, and raise."""
+        try:
+            self._join_begin()  # the failure is written after the row it ends, never before
+        except Exception as begin_error:  # noqa: BLE001 - the error that ended the window goes on
+            log.warning("source %s, window %s: its ledger row was not written: %s",
+                        self.source.id, self.window.key, begin_error)
         staging = self.staging
         if staging is None and isinstance(exc, WindowBusyError):
             raise exc.with_context(source_id=self.source.id, window=self.window.key) from None  # never ours: nothing to record
