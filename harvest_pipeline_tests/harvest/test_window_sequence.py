@@ -256,3 +256,28 @@ def test_connection_reuse_opens_once_for_writes_close_together_and_closes_when_i
         d.execute("SELECT 1")
     assert reuse.opens == 2
     reuse.close()
+
+
+def test_a_failure_is_written_after_a_late_ledger_row_never_overwritten_by_it(demo40, db_path):
+    """The ledger row written in the writer thread (harvest_windows' merge thread) may come late;
+    a traversal that fails first waits for it, so the window ends `failed`, not `running`."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from harvest_pipeline.errors import HTTPStatusError
+    from harvest_pipeline.harvest.window import WindowHarvest
+
+    source = demo_source(demo40, http=HttpSettings(max_retries=0))
+    window = day_window(3)
+    lister = OaiLister(source, state_dir=db_path.parent / "hosts")
+    lister.describe()  # Identify, asked for the window before
+    demo40.set_options(fail_every=1, fail_status=429, retry_after="")  # from here every request is refused
+    writer = ThreadPoolExecutor(max_workers=1)
+    late = threading.Event()
+    writer.submit(late.wait, 2.0)  # the writer is busy (a merge) when the window begins
+    harvest = WindowHarvest(source, window, db_path=db_path, lister=lister, quirks_known=set(), submit_begin=writer.submit)
+    with pytest.raises(HTTPStatusError):
+        harvest.traverse()
+    writer.shutdown(wait=True)
+    row = ledger_rows(db_path, [window])[window.key]
+    assert row.status == ledger.FAILED and "429" in row.error
+
