@@ -91,7 +91,6 @@ def harvest_windows(
     catalogue = ConnectionReuse(connect or (lambda: store_connect(db_path)))
     merger = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"merge-{source.id}")
     pending: list[Future] = []
-    outcomes: list[WindowOutcome] = []
     callback_errors: list[BaseException] = []
 
     def deliver(outcome: WindowOutcome) -> WindowOutcome:
@@ -117,10 +116,10 @@ def harvest_windows(
     identify_recorded = False
     quirks_known = None  # the stored quirks as the window before read them, plus what it learned
     windows = list(windows)
-    # Which windows split before (their next run goes to their sub-windows), read once.
-    with catalogue() as con:
-        prior_states = {w.start: window_state(con, source.id, w.start) for w in windows}
     try:
+        # Which windows split before (their next run goes to their sub-windows), read once.
+        with catalogue() as con:
+            prior_states = {w.start: window_state(con, source.id, w.start) for w in windows}
         for window in windows:
             signum = stop.requested()
             if signum is not None:
