@@ -281,3 +281,38 @@ def test_a_failure_is_written_after_a_late_ledger_row_never_overwritten_by_it(de
     row = ledger_rows(db_path, [window])[window.key]
     assert row.status == ledger.FAILED and "429" in row.error
 
+
+
+OPEN_READ_ONLY = """
+import sys, time, duckdb
+deadline = time.monotonic() + 3
+while True:
+    try:
+        con = duckdb.connect(sys.argv[1], read_only=True)
+        print(con.execute("SELECT count(*) FROM harvest_windows").fetchone()[0])
+        break
+    except duckdb.Error:
+        if time.monotonic() > deadline:
+            raise
+        time.sleep(0.05)
+"""
+
+
+def test_another_process_opens_the_catalogue_while_the_sequence_fetches_between_merges(demo40, db_path):
+    """The run does not hold DuckDB's file lock while it waits on the server: the sensor, other
+    runs and the CLI open the catalogue between its merges."""
+    demo40.set_options(slow_ms=1000)
+    source = demo_source(demo40)
+    windows = [day_window(n) for n in (3, 2)]
+    opened = []
+
+    def progress(event: dict) -> None:
+        if event["window"] == windows[1].key and event["pages"] == 1:
+            # Window 1's merge and window 2's ledger row were written about a page (1 s) ago.
+            child = subprocess.run([sys.executable, "-c", OPEN_READ_ONLY, str(db_path)],
+                                   capture_output=True, text=True, timeout=60)
+            opened.append((child.returncode, child.stdout.strip(), child.stderr[-300:]))
+
+    outcomes = harvest_windows(source, windows, db_path=db_path, progress=progress)
+    assert all(o.ok for o in outcomes)
+    assert opened == [(0, "2", "")]
