@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from concurrent.futures import Future
@@ -38,6 +39,11 @@ Connect = Callable[[], AbstractContextManager[duckdb.DuckDBPyConnection]]
 Progress = Callable[[dict], None]
 
 log = logging.getLogger(__name__)
+
+# One merge at a time per process: a process shares one DuckDB instance per catalogue file, and
+# the merge attaches the staging file under one name (`stg`) that every connection of the instance
+# sees; sources harvested in threads of one run would otherwise detach each other's.
+_MERGES_IN_THIS_PROCESS = threading.Lock()
 
 # How often an expired token may restart the window before we give up.
 MAX_RESTARTS = 2
@@ -361,9 +367,10 @@ class WindowHarvest:
                 )
                 return counts, warnings, checks, status
 
-            counts, warnings, checks, status = run_write(
-                self.connect, merge, what=f"source {source.id}, window {window.key}: merge", log=log
-            )
+            with _MERGES_IN_THIS_PROCESS:
+                counts, warnings, checks, status = run_write(
+                    self.connect, merge, what=f"source {source.id}, window {window.key}: merge", log=log
+                )
             crashpoint("after-merge")
             staging.remove()
         except BaseException as exc:
