@@ -177,31 +177,41 @@ class WindowRun:
             lock.release()
 
     def run_windows(self, keys: list[str], recorder: "EventRecorder") -> tuple[dict[str, str], dict[str, list[str]]]:
-        """Harvest `keys` one after another, each recorded per partition through `recorder`.
+        """Harvest `keys` in order, each recorded per partition through `recorder`.
 
-        Returns (failed windows with their first error line, windows per failing check). A failing
-        window is logged and the next one still runs."""
+        harvest_windows (harvest/sequence.py) merges window N while window N+1 is fetched; its
+        callback records window N. Returns (failed windows with their first error line, windows
+        per failing check). A failing window is logged and the next one still runs."""
+        from harvest_pipeline.harvest import Window, harvest_windows
+
         failed: dict[str, str] = {}
         failing_checks: dict[str, list[str]] = {name: [] for name in CHECK_DESCRIPTIONS}
-        for n, partition_key in enumerate(keys, 1):
-            if stop.requested() is not None:
-                # Stopped: the windows after the stopped one are not started (they stay missing).
-                failed[partition_key] = f"not started: the harvest was stopped by {stop.signal_name(stop.requested())}"
-                continue
-            try:
-                report = self.harvest(partition_key)
-            except stop.HarvestStopped as exc:
-                failed[partition_key] = _first_line(exc)
-                self.context.log.warning(f"{self.source.id} {partition_key} ({n}/{len(keys)}): {exc}")
-                continue
-            except Exception as exc:  # noqa: BLE001 - the ledger has it; the other windows still run
-                failed[partition_key] = _first_line(exc)
-                self.context.log.error(f"{self.source.id} {partition_key} ({n}/{len(keys)}): {exc}")
-                continue
+        position = {key: n for n, key in enumerate(keys, 1)}
+
+        def window_done(outcome) -> None:
+            partition_key = outcome.window.key
+            if outcome.error is not None:
+                failed[partition_key] = _first_line(outcome.error)
+                if outcome.started:
+                    at = f"{self.source.id} {partition_key} ({position[partition_key]}/{len(keys)}): {outcome.error}"
+                    stopped = isinstance(outcome.error, stop.HarvestStopped)
+                    self.context.log.warning(at) if stopped else self.context.log.error(at)
+                return
+            report = outcome.report
             for name, verdict in report.checks.items():
                 if not verdict.passed and verdict.severity == "error":
                     failing_checks.setdefault(name, []).append(partition_key)
             recorder.record(self.key, partition_key, report)
+
+        self._remember_facts_once()
+        windows = []
+        for partition_key in keys:
+            tw = self.partitions_def.time_window_for_partition_key(partition_key)
+            windows.append(Window(tw.start, tw.end, partition_key))
+        harvest_windows(
+            self.source, windows, run_id=self.context.run.run_id, db_path=self.db_path,
+            connect=self.connect, lister=self.lister, progress=self.progress, on_window_done=window_done,
+        )
         self.advance_watermark()
         return failed, failing_checks
 

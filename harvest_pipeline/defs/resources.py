@@ -80,7 +80,12 @@ def catalogue_connector(resource: DuckDBResource):
 
         return connect_shared
     session = process_session(resource.database, dict(resource.connection_config), on_open=ensure_schema)
-    return session.connection
+
+    def connect():
+        return session.connection()
+
+    connect.reuses_connection = True  # harvest/sequence.py then adds no reuse of its own
+    return connect
 
 
 def catalogue_path(resource: DuckDBResource) -> Path:

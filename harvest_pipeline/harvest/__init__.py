@@ -1,9 +1,11 @@
-"""Harvesting one window of one source, end to end, without Dagster.
+"""Harvesting windows of one source, end to end, without Dagster.
 
 `harvest_window` runs the token loop into the window's staging file, merges it into the
 catalogue and returns the verdict the asset checks report. `harvest_partition` calls it and
-splits a window that cannot finish whole into sub-windows (harvest/split.py); Dagster (defs/)
-and the CLI call `harvest_partition`.
+splits a window that cannot finish whole into sub-windows (harvest/split.py). `harvest_windows`
+harvests consecutive windows of one source, each as `harvest_partition` would, with window N's
+merge overlapping window N+1's traversal (harvest/sequence.py); Dagster (defs/) and the CLI call
+`harvest_partition` for one window and `harvest_windows` for a range.
 """
 
 import importlib
@@ -15,6 +17,8 @@ _EXPORTS = {
     "WindowReport": "harvest_pipeline.harvest.window",
     "harvest_window": "harvest_pipeline.harvest.window",
     "harvest_partition": "harvest_pipeline.harvest.split",
+    "WindowOutcome": "harvest_pipeline.harvest.sequence",
+    "harvest_windows": "harvest_pipeline.harvest.sequence",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -156,14 +156,40 @@ def _harvest(run: _Run, win: Window, depth: int, prior) -> WindowReport | None:
                 progress=run.progress, part=None if depth == 0 else book,
             )
         except HarvestError as exc:
-            why = split_reason(exc)
-            if why is None:
-                raise
-            if depth >= MAX_SPLIT_DEPTH or not _parts(run, win):
-                raise exc.with_context(hint=f"{why}, and the window cannot be split further") from None
-            reason = f"{why}: {exc.message}"
+            reason = _split_reason_or_raise(run, win, depth, exc)
     _split(run, win, depth, book, reason)
     return None
+
+
+def split_failed_window(
+    source: SourceConfig,
+    window: Window,
+    error: HarvestError,
+    *,
+    run_id: str,
+    db_path: str | Path,
+    connect: Connect,
+    lister: Lister,
+    progress: Progress | None = None,
+) -> WindowReport:
+    """The whole attempt at a partition's `window` failed with `error` (harvest_window recorded it):
+    split it if a smaller range can cure that (its report, as `harvest_partition`'s), else raise
+    `error`. For callers that ran the whole attempt themselves (harvest/sequence.py)."""
+    started = time.monotonic()
+    run = _Run(source, window, run_id, db_path, connect, lister, progress, None, False)
+    reason = _split_reason_or_raise(run, window, 0, error)
+    _split(run, window, 0, ledger, reason)
+    return _split_report(run, window, time.monotonic() - started)
+
+
+def _split_reason_or_raise(run: _Run, win: Window, depth: int, exc: HarvestError) -> str:
+    """Why `win` is split after `exc`; raises `exc` when splitting cannot help."""
+    why = split_reason(exc)
+    if why is None:
+        raise exc
+    if depth >= MAX_SPLIT_DEPTH or not _parts(run, win):
+        raise exc.with_context(hint=f"{why}, and the window cannot be split further") from None
+    return f"{why}: {exc.message}"
 
 
 def _parts(run: _Run, win: Window) -> list[Window]:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
+from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
@@ -37,6 +39,11 @@ Connect = Callable[[], AbstractContextManager[duckdb.DuckDBPyConnection]]
 Progress = Callable[[dict], None]
 
 log = logging.getLogger(__name__)
+
+# One merge at a time per process: a process shares one DuckDB instance per catalogue file, and
+# the merge attaches the staging file under one name (`stg`) that every connection of the instance
+# sees; sources harvested in threads of one run would otherwise detach each other's.
+_MERGES_IN_THIS_PROCESS = threading.Lock()
 
 # How often an expired token may restart the window before we give up.
 MAX_RESTARTS = 2
@@ -190,148 +197,238 @@ def harvest_window(
     `part`: `window` is a sub-window of a window that split itself (harvest/split.py); its row
     goes to `harvest_window_parts` and its cursor to its own staging file.
     """
-    run_id = run_id or uuid.uuid4().hex
-    connect = connect or (lambda: store_connect(db_path))
-    started = time.monotonic()
-    ctx = dict(source_id=source.id, window=window.key)
-    book = ledger if part is None else part  # where the window's row goes
-    staging = None
-    try:
-        # The window's lock comes first: a run that does not get it leaves the window's ledger
-        # row to the run that holds it (it raises WindowBusyError and writes nothing).
-        staging = StagingWindow(
-            staging_path(db_path, source.id, window.start) if part is None
-            else part_staging_path(db_path, source.id, window.start, window.end)
-        )
-        lister = lister or lister_for(source, state_dir=Path(db_path).parent / "hosts")
-        bind_time_budget(lister, source.traversal, started)
-        described = lister.describe()
-        # The overlap re-asks for a little before the window, for servers whose indexes lag.
-        overlap = timedelta(seconds=source.overlap_seconds)
-        from_param, until_param = (None, None) if full else lister.bounds(window.start - overlap, window.end)
-        request_key = _request_key(source, from_param, until_param)
-        def begin(con):
-            ledger.record_identify(con, source.id, **described)
-            known_quirks = ledger.get_quirks(con, source.id)
-            book.begin_window(
-                con, source_id=source.id, window_start=window.start, window_end=window.end,
-                partition_key=window.key, run_id=run_id, from_param=from_param, until_param=until_param,
+    harvest = WindowHarvest(source, window, run_id=run_id, db_path=db_path, connect=connect, lister=lister,
+                            progress=progress, full=full, part=part)
+    harvest.traverse()
+    return harvest.merge()
+
+
+class WindowHarvest:
+    """`harvest_window` in its two phases, for callers that overlap them (harvest/sequence.py):
+
+    - `traverse()`: the window's lock, its ledger row (`running`), the token loop into its staging
+      file until the list ends. Only the server is waited for here.
+    - `merge()`: the staging file into the catalogue, the verdict in the ledger row, the staging
+      file removed, the lock released; returns the report.
+
+    Either phase that fails records the window failed (or deferred) and raises, as
+    `harvest_window` does; a stopped traversal keeps its `running` row and cursor. Between the
+    phases the window's lock stays held and its staging file holds the whole, closed list: a crash
+    there loses nothing (the next run finds the closed cursor and merges without refetching).
+    `record_identify=False`: the caller already stored what the server said about itself.
+    `quirks_known` (the stored quirks, as the window before read them, plus what it learned) and
+    `submit_begin` (runs a function in the caller's catalogue-writer thread, returns its Future):
+    the window's ledger row is written there while its first page is fetched; `traverse()` waits
+    for it before it returns or records a failure.
+    """
+
+    def __init__(self, source: SourceConfig, window: Window, *, run_id: str | None = None, db_path: str | Path,
+                 connect: Connect | None = None, lister: Lister | None = None, progress: Progress | None = None,
+                 full: bool = False, part: PartLedger | None = None, record_identify: bool = True,
+                 quirks_known: set[str] | None = None, submit_begin: Callable[[Callable], Future] | None = None):
+        self.source, self.window, self.db_path, self.full, self.part = source, window, db_path, full, part
+        self.run_id = run_id or uuid.uuid4().hex
+        self.connect = connect or (lambda: store_connect(db_path))
+        self.lister, self.progress, self.record_identify = lister, progress, record_identify
+        self.book = ledger if part is None else part  # where the window's row goes
+        self.staging: StagingWindow | None = None
+        self.started = time.monotonic()
+        self.traversed = False
+        self.begun = False  # its ledger row (and Identify, when asked) is written
+        self.quirks_known, self.submit_begin = quirks_known, submit_begin
+        self._begin: Future | None = None
+
+    def traverse(self) -> None:
+        """Begin the window and run its token loop until the list ended and is committed."""
+        source, window, run_id = self.source, self.window, self.run_id
+        try:
+            # The window's lock comes first: a run that does not get it leaves the window's ledger
+            # row to the run that holds it (it raises WindowBusyError and writes nothing).
+            self.staging = staging = StagingWindow(
+                staging_path(self.db_path, source.id, window.start) if self.part is None
+                else part_staging_path(self.db_path, source.id, window.start, window.end)
             )
-            return known_quirks
+            lister = self.lister = self.lister or lister_for(source, state_dir=Path(self.db_path).parent / "hosts")
+            bind_time_budget(lister, source.traversal, self.started)
+            described = lister.describe()
+            # The overlap re-asks for a little before the window, for servers whose indexes lag.
+            overlap = timedelta(seconds=source.overlap_seconds)
+            from_param, until_param = (None, None) if self.full else lister.bounds(window.start - overlap, window.end)
+            self.from_param, self.until_param = from_param, until_param
+            request_key = _request_key(source, from_param, until_param)
 
-        # A shared catalogue may refuse a write another worker's wrote across: run it again.
-        known_quirks = run_write(connect, begin, what=f"source {source.id}, window {window.key}: begin", log=log)
-        lister.apply_quirks(known_quirks)
+            def begin(con):
+                if self.record_identify:
+                    ledger.record_identify(con, source.id, **described)
+                known_quirks = ledger.get_quirks(con, source.id)
+                self.book.begin_window(
+                    con, source_id=source.id, window_start=window.start, window_end=window.end,
+                    partition_key=window.key, run_id=run_id, from_param=from_param, until_param=until_param,
+                )
+                return known_quirks
 
-        cursor = staging.cursor()
-        resumed = bool(cursor and cursor.request_key == request_key and (cursor.token or cursor.closed))
-        if not resumed:
-            staging.start_attempt(run_id, request_key)
-        restarts = refetches = 0
-        refetched_at = -1
-        quirks = set(known_quirks)
-        while not staging.cursor().closed:
-            try:
-                _run_token_loop(source, window, lister, staging, from_param, until_param, progress, described, quirks)
-            except BadResumptionToken as exc:
-                # Tokens expire: the only safe continuation is the window's from-bound again.
-                if restarts >= MAX_RESTARTS:
-                    raise exc.with_context(hint="the server keeps expiring tokens; lower the page size or retry later") from None
-                restarts += 1
+            # A shared catalogue may refuse a write another worker's wrote across: run it again.
+            write_begin = lambda: run_write(self.connect, begin, what=f"source {source.id}, window {window.key}: begin", log=log)  # noqa: E731
+            if self.quirks_known is not None and self.submit_begin is not None:
+                # The quirks came with the window before: the ledger row is written in the
+                # caller's writer thread while the first page is fetched (joined below).
+                self._begin = self.submit_begin(write_begin)
+                known_quirks = set(self.quirks_known)
+            else:
+                known_quirks = write_begin()
+                self.begun = True
+                lister.apply_quirks(known_quirks)
+                self.known_quirks = known_quirks
+
+            cursor = staging.cursor()
+            self.resumed = bool(cursor and cursor.request_key == request_key and (cursor.token or cursor.closed))
+            if not self.resumed:
                 staging.start_attempt(run_id, request_key)
-                staging.add_warning(f"restarted the window after badResumptionToken at {exc.url}")
-            except MalformedXMLError as exc:
-                # Often a cut connection or a server hiccup: the cursor still points at this page.
-                at_page = staging.cursor().pages
-                refetches = refetches + 1 if at_page == refetched_at else 1
-                refetched_at = at_page
-                if refetches > MAX_MALFORMED_REFETCHES:
-                    raise exc.with_context(hint="the page stays malformed after refetching; report it to the server's maintainers") from None
-                staging.add_warning(f"page {at_page + 1} did not parse, fetched it again: {exc}")
-        cursor = staging.cursor()
-        if not full:
-            behind = _server_clock_behind(window, cursor.response_date)
-            if behind is not None:
-                # The next run must ask the server again: a record indexed after this traversal
-                # can land anywhere in the list, and completeness is proven per traversal.
-                staging.start_attempt(run_id, request_key)
-                raise behind
-        duplicates, examples = staging.duplicate_identifiers()
-        outside = staging.outside_window_count()
-        staging.close()
+            restarts = refetches = 0
+            refetched_at = -1
+            quirks = self.quirks = set(known_quirks)
+            while not staging.cursor().closed:
+                try:
+                    _run_token_loop(source, window, lister, staging, from_param, until_param, self.progress, described, quirks)
+                except BadResumptionToken as exc:
+                    # Tokens expire: the only safe continuation is the window's from-bound again.
+                    if restarts >= MAX_RESTARTS:
+                        raise exc.with_context(hint="the server keeps expiring tokens; lower the page size or retry later") from None
+                    restarts += 1
+                    staging.start_attempt(run_id, request_key)
+                    staging.add_warning(f"restarted the window after badResumptionToken at {exc.url}")
+                except MalformedXMLError as exc:
+                    # Often a cut connection or a server hiccup: the cursor still points at this page.
+                    at_page = staging.cursor().pages
+                    refetches = refetches + 1 if at_page == refetched_at else 1
+                    refetched_at = at_page
+                    if refetches > MAX_MALFORMED_REFETCHES:
+                        raise exc.with_context(hint="the page stays malformed after refetching; report it to the server's maintainers") from None
+                    staging.add_warning(f"page {at_page + 1} did not parse, fetched it again: {exc}")
+            self.restarts = restarts
+            self._join_begin()
+            self.cursor = cursor = staging.cursor()
+            if not self.full:
+                behind = _server_clock_behind(window, cursor.response_date)
+                if behind is not None:
+                    # The next run must ask the server again: a record indexed after this traversal
+                    # can land anywhere in the list, and completeness is proven per traversal.
+                    staging.start_attempt(run_id, request_key)
+                    raise behind
+        except BaseException as exc:
+            self._fail(exc)
+        self.traversed = True
 
-        def merge(con):
-            counts = merge_staging(
-                con, staging.path, source_id=source.id, window_start=window.start, window_end=window.end,
-                run_id=run_id, attempt_id=cursor.attempt_id,
-            )
-            crashpoint("mid-merge")
-            warnings = list(cursor.warnings)
-            if outside and not full:
-                warnings.append(f"{outside} records had datestamps outside the requested window (kept)")
-            if counts.quarantined:
-                warnings.append(f"{counts.quarantined} record(s) quarantined (see the quarantine table)")
-            new_quirks = (set(lister.quirks) | quirks) - known_quirks
-            if new_quirks:
-                ledger.add_quirks(con, source.id, new_quirks)
-                warnings.append(f"server quirk(s) detected and remembered for this source: {', '.join(sorted(new_quirks))}")
-            checks = evaluate_checks(
-                counts=counts, complete_list_size=cursor.complete_list_size, pages=cursor.pages,
-                duplicates=duplicates, duplicate_examples=examples, cursor_closed=cursor.closed,
-                outside_window=0 if full else outside,
-            )
-            status = _status_for(checks)
-            book.finish_window(
-                con, source_id=source.id, window_start=window.start, status=status, run_id=run_id, error=None,
-                attempt_id=cursor.attempt_id,
-                complete_list_size=cursor.complete_list_size, received=counts.received,
-                distinct_received=counts.distinct_received, stored=counts.stored, created=counts.created,
-                updated=counts.updated, unchanged=counts.unchanged, deleted=counts.deleted,
-                revived=counts.revived, restored=counts.restored, stale=counts.stale, upserted=counts.upserted,
-                quarantined=counts.quarantined, repaired_chars=cursor.repaired, pages=cursor.pages,
-                duplicates=duplicates, cursor_closed=cursor.closed,
-                check_complete="passed" if checks["complete"].passed else ("unproven" if checks["complete"].severity == "warn" else "failed"),
-                check_duplicates="passed" if checks["no_duplicates"].passed else "failed",
-                check_cursor="passed" if checks["cursor_closed"].passed else "failed",
-                response_date=cursor.response_date, warnings=warnings, retry_not_before=None,
-            )
-            return counts, warnings, checks, status
-
-        counts, warnings, checks, status = run_write(
-            connect, merge, what=f"source {source.id}, window {window.key}: merge", log=log
-        )
-        crashpoint("after-merge")
-        staging.remove()
-    except BaseException as exc:
-        if staging is None and isinstance(exc, WindowBusyError):
-            raise exc.with_context(**ctx) from None  # never ours: nothing to record
-        if staging is not None:
+    def merge(self) -> WindowReport:
+        """Merge the traversed window into the catalogue and write its verdict; release the window."""
+        if not self.traversed:
+            raise RuntimeError(f"source {self.source.id}, window {self.window.key}: merge() before traverse()")
+        source, window, run_id, staging, cursor = self.source, self.window, self.run_id, self.staging, self.cursor
+        try:
+            duplicates, examples = staging.duplicate_identifiers()
+            outside = staging.outside_window_count()
             staging.close()
-        if isinstance(exc, duckdb.OutOfMemoryException):
-            exc = HarvestError(
-                f"DuckDB ran out of memory: {str(exc).splitlines()[0]}",
-                hint="raise HARVEST_DUCKDB_MEMORY_LIMIT (default 1GB) and run the window again; "
-                "nothing is lost, the staged pages are kept",
-            )
-        if not isinstance(exc, stop.HarvestStopped):
-            # A stopped window keeps its `running` row and its cursor, as a killed run leaves
-            # them: the next run takes it over from the last committed page.
-            _record_failure(connect, source, window, exc, book)
-        if isinstance(exc, HarvestError):
-            raise exc.with_context(**ctx) from None
-        raise
-    finally:
-        if staging is not None:
+            lister, quirks, known_quirks, full = self.lister, self.quirks, self.known_quirks, self.full
+
+            def merge(con):
+                counts = merge_staging(
+                    con, staging.path, source_id=source.id, window_start=window.start, window_end=window.end,
+                    run_id=run_id, attempt_id=cursor.attempt_id,
+                )
+                crashpoint("mid-merge")
+                warnings = list(cursor.warnings)
+                if outside and not full:
+                    warnings.append(f"{outside} records had datestamps outside the requested window (kept)")
+                if counts.quarantined:
+                    warnings.append(f"{counts.quarantined} record(s) quarantined (see the quarantine table)")
+                new_quirks = (set(lister.quirks) | quirks) - known_quirks
+                if new_quirks:
+                    ledger.add_quirks(con, source.id, new_quirks)
+                    warnings.append(f"server quirk(s) detected and remembered for this source: {', '.join(sorted(new_quirks))}")
+                checks = evaluate_checks(
+                    counts=counts, complete_list_size=cursor.complete_list_size, pages=cursor.pages,
+                    duplicates=duplicates, duplicate_examples=examples, cursor_closed=cursor.closed,
+                    outside_window=0 if full else outside,
+                )
+                status = _status_for(checks)
+                self.book.finish_window(
+                    con, source_id=source.id, window_start=window.start, status=status, run_id=run_id, error=None,
+                    attempt_id=cursor.attempt_id,
+                    complete_list_size=cursor.complete_list_size, received=counts.received,
+                    distinct_received=counts.distinct_received, stored=counts.stored, created=counts.created,
+                    updated=counts.updated, unchanged=counts.unchanged, deleted=counts.deleted,
+                    revived=counts.revived, restored=counts.restored, stale=counts.stale, upserted=counts.upserted,
+                    quarantined=counts.quarantined, repaired_chars=cursor.repaired, pages=cursor.pages,
+                    duplicates=duplicates, cursor_closed=cursor.closed,
+                    check_complete="passed" if checks["complete"].passed else ("unproven" if checks["complete"].severity == "warn" else "failed"),
+                    check_duplicates="passed" if checks["no_duplicates"].passed else "failed",
+                    check_cursor="passed" if checks["cursor_closed"].passed else "failed",
+                    response_date=cursor.response_date, warnings=warnings, retry_not_before=None,
+                )
+                return counts, warnings, checks, status
+
+            with _MERGES_IN_THIS_PROCESS:
+                counts, warnings, checks, status = run_write(
+                    self.connect, merge, what=f"source {source.id}, window {window.key}: merge", log=log
+                )
+            crashpoint("after-merge")
+            staging.remove()
+        except BaseException as exc:
+            self._fail(exc)
+        finally:
             staging.release()
 
-    return WindowReport(
-        source_id=source.id, window=window, status=status, run_id=run_id, attempt_id=cursor.attempt_id,
-        from_param=from_param, until_param=until_param, pages=cursor.pages,
-        complete_list_size=cursor.complete_list_size, counts=counts, duplicates=duplicates,
-        duplicate_examples=examples, cursor_closed=cursor.closed, outside_window=outside,
-        resumed=resumed, restarts=restarts, warnings=warnings, seconds=time.monotonic() - started, checks=checks,
-        repaired=cursor.repaired,
-    )
+        return WindowReport(
+            source_id=source.id, window=window, status=status, run_id=run_id, attempt_id=cursor.attempt_id,
+            from_param=self.from_param, until_param=self.until_param, pages=cursor.pages,
+            complete_list_size=cursor.complete_list_size, counts=counts, duplicates=duplicates,
+            duplicate_examples=examples, cursor_closed=cursor.closed, outside_window=outside,
+            resumed=self.resumed, restarts=self.restarts, warnings=warnings, seconds=time.monotonic() - self.started,
+            checks=checks, repaired=cursor.repaired,
+        )
+
+    def release(self) -> None:
+        """Give the window up without merging (a caller that will not call `merge()`)."""
+        if self.staging is not None:
+            self.staging.release()
+
+    def _join_begin(self) -> None:
+        """Wait for a ledger row written in the caller's writer thread (raises what it raised)."""
+        if self._begin is None:
+            return
+        begin, self._begin = self._begin, None
+        self.known_quirks = begin.result()
+        self.begun = True
+
+    def _fail(self, exc: BaseException):
+        """Record the failure as harvest_window always did, release the window, and raise."""
+        try:
+            self._join_begin()  # the failure is written after the row it ends, never before
+        except Exception as begin_error:  # noqa: BLE001 - the error that ended the window goes on
+            log.warning("source %s, window %s: its ledger row was not written: %s",
+                        self.source.id, self.window.key, begin_error)
+        staging = self.staging
+        if staging is None and isinstance(exc, WindowBusyError):
+            raise exc.with_context(source_id=self.source.id, window=self.window.key) from None  # never ours: nothing to record
+        try:
+            if staging is not None:
+                staging.close()
+            if isinstance(exc, duckdb.OutOfMemoryException):
+                exc = HarvestError(
+                    f"DuckDB ran out of memory: {str(exc).splitlines()[0]}",
+                    hint="raise HARVEST_DUCKDB_MEMORY_LIMIT (default 1GB) and run the window again; "
+                    "nothing is lost, the staged pages are kept",
+                )
+            if not isinstance(exc, stop.HarvestStopped):
+                # A stopped window keeps its `running` row and its cursor, as a killed run leaves
+                # them: the next run takes it over from the last committed page.
+                _record_failure(self.connect, self.source, self.window, exc, self.book)
+        finally:
+            if staging is not None:
+                staging.release()
+        if isinstance(exc, HarvestError):
+            raise exc.with_context(source_id=self.source.id, window=self.window.key) from None
+        raise exc
 
 
 def _server_clock_behind(window: Window, response_date: str | None) -> DeferredError | None:

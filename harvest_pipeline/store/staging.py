@@ -112,8 +112,16 @@ class StagingWindow:
         # The window is ours from here until release(): through the token loop AND the merge,
         # during which the staging file itself is closed (the catalogue attaches it).
         self._lock = _acquire_window_lock(path.with_name(path.name + ".lock"), wait_seconds)
-        self.con = _open_or_start_over(path, wait_seconds)
-        self.con.execute(_DDL)
+        try:
+            self.con = _open_or_start_over(path, wait_seconds)
+            self.con.execute(_DDL)
+        except BaseException:
+            # Not ours after all: the error's traceback may outlive this call (a sequence keeps
+            # each window's error), and must not keep the window locked.
+            if getattr(self, "con", None) is not None:
+                self.con.close()
+            self._lock.close()
+            raise
         self._pending: list[_PendingPage] = []  # staged pages not yet committed
 
     # --- cursor -------------------------------------------------------------------------

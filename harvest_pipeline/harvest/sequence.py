@@ -1,0 +1,200 @@
+"""Harvest consecutive windows of one source with the server kept busy.
+
+`harvest_windows` is what a run that harvests a range of a source's windows calls (Dagster's
+ranged runs, the batch job, the CLI through them). Each window is harvested exactly as
+`harvest_partition` harvests it alone: its own from/until traversal and durable cursor, its own
+ledger row and verdict, split into sub-windows when it cannot finish whole. What changes is
+the time between windows: window N's merge, verdict and `on_window_done` callback run in a worker
+thread while window N+1's traversal (its ledger row, then its first requests) runs in the
+calling thread.
+
+Guarantees:
+
+- One traversal at a time per source (politeness): the overlap is traversal(N+1) with merge(N),
+  never two traversals.
+- Merges in window order, one at a time; `on_window_done` is called once per window, in order,
+  from the worker thread, after the window's merge (or with its error).
+- A window that fails is recorded failed (as `harvest_window` records it) and the following
+  windows still run. A window that must split (harvest/split.py) waits for the merges before it,
+  then splits in the calling thread.
+- A stop request (harvest/stop.py) stops the traversal at a page boundary; the windows already
+  traversed are still merged, the later ones are not started.
+- A crash after a window's list is complete and before its merge loses nothing: its staging file
+  holds the closed cursor and the next run merges it without asking the server again.
+- The catalogue is opened once for the writes that come together (merge(N) with N+1's ledger
+  row) and closed between them (store/connection_reuse.py): other processes get the file between
+  a run's merges.
+
+No Dagster here: the caller turns reports into events in `on_window_done`.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+from harvest_pipeline.errors import HarvestError
+from harvest_pipeline.harvest import stop
+from harvest_pipeline.harvest.listers import Lister, lister_for
+from harvest_pipeline.harvest.split import harvest_partition, split_failed_window, split_reason
+from harvest_pipeline.harvest.window import Connect, Progress, Window, WindowHarvest, WindowReport
+from harvest_pipeline.sources import SourceConfig
+from harvest_pipeline.store import connect as store_connect
+from harvest_pipeline.store.connection_reuse import ConnectionReuse
+from harvest_pipeline.store.window_parts import window_state
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class WindowOutcome:
+    """One window of the sequence: its report, or the error that ended it (never both)."""
+
+    window: Window
+    report: WindowReport | None = None
+    error: BaseException | None = None
+    started: bool = True  # False: not started, the harvest was stopped before it
+
+    @property
+    def ok(self) -> bool:
+        return self.report is not None
+
+
+OnWindowDone = Callable[[WindowOutcome], None]
+
+
+def harvest_windows(
+    source: SourceConfig,
+    windows: Iterable[Window],
+    *,
+    run_id: str | None = None,
+    db_path: str | Path,
+    connect: Connect | None = None,
+    lister: Lister | None = None,
+    progress: Progress | None = None,
+    on_window_done: OnWindowDone | None = None,
+) -> list[WindowOutcome]:
+    """Harvest `windows` of `source` in order, window N's merge overlapping window N+1's traversal.
+
+    Arguments as `harvest_partition` (one `lister`, its HTTP session and Identify, serves every
+    window). Returns each window's outcome, in order; no window's error is raised (a
+    KeyboardInterrupt is, once the merges already started have finished). `on_window_done(outcome)`
+    is called in a worker thread, in window order, as soon as each window is merged or failed; an
+    exception it raises is raised here at the end, after every window ran.
+    """
+    run_id = run_id or uuid.uuid4().hex
+    lister = lister or lister_for(source, state_dir=Path(db_path).parent / "hosts")
+    base = connect or (lambda: store_connect(db_path))
+    # A connect() that already keeps one connection open for the process (store/session.py, what a
+    # Dagster run uses) is used as it is; otherwise the writes that come together share one open.
+    catalogue = _AsIs(base) if getattr(base, "reuses_connection", False) else ConnectionReuse(base)
+    merger = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"merge-{source.id}")
+    pending: list[Future] = []
+    callback_errors: list[BaseException] = []
+
+    def deliver(outcome: WindowOutcome) -> WindowOutcome:
+        if on_window_done is not None:
+            try:
+                on_window_done(outcome)
+            except BaseException as exc:  # noqa: BLE001 - raised to the caller at the end
+                callback_errors.append(exc)
+        return outcome
+
+    def merged(harvest: WindowHarvest) -> WindowOutcome:
+        try:
+            outcome = WindowOutcome(harvest.window, report=harvest.merge())
+        except BaseException as exc:  # noqa: BLE001 - recorded in the ledger; the next windows run
+            outcome = WindowOutcome(harvest.window, error=exc)
+        return deliver(outcome)
+
+    def wait_for_merges() -> None:
+        for future in pending:
+            future.exception()  # each task catches its own errors; this only waits
+
+    harvest_kw = dict(run_id=run_id, db_path=db_path, connect=catalogue, lister=lister, progress=progress)
+    identify_recorded = False
+    quirks_known = None  # the stored quirks as the window before read them, plus what it learned
+    windows = list(windows)
+    try:
+        # Which windows split before (their next run goes to their sub-windows), read once.
+        with catalogue() as con:
+            prior_states = {w.start: window_state(con, source.id, w.start) for w in windows}
+        for window in windows:
+            signum = stop.requested()
+            if signum is not None:
+                not_started = stop.HarvestStopped(
+                    f"not started: the harvest was stopped by {stop.signal_name(signum)}",
+                    signum=signum, source_id=source.id, window=window.key,
+                    hint="run the same command again; it starts this window",
+                )
+                pending.append(merger.submit(deliver, WindowOutcome(window, error=not_started, started=False)))
+                continue
+            prior = prior_states[window.start]
+            if prior is not None and prior.split_into:
+                # Split before: its sub-windows are harvested and merged here, after the merges before it.
+                wait_for_merges()
+                pending.append(merger.submit(deliver, _outcome(window, harvest_partition, source, window, **harvest_kw)))
+                quirks_known = None
+                continue
+            # Window N+1's ledger row is written in the merge thread, after window N's merge.
+            harvest = WindowHarvest(source, window, record_identify=not identify_recorded, quirks_known=quirks_known,
+                                    submit_begin=merger.submit, **harvest_kw)
+            try:
+                harvest.traverse()
+            except HarvestError as exc:
+                identify_recorded = identify_recorded or harvest.begun
+                quirks_known = _learned(harvest)
+                if split_reason(exc) is None:
+                    pending.append(merger.submit(deliver, WindowOutcome(window, error=exc)))
+                    continue
+                wait_for_merges()
+                pending.append(merger.submit(
+                    deliver, _outcome(window, split_failed_window, source, window, exc, **harvest_kw)))
+                quirks_known = None
+                continue
+            except Exception as exc:  # noqa: BLE001 - recorded in the ledger by traverse(); the next windows run
+                identify_recorded = identify_recorded or harvest.begun
+                quirks_known = _learned(harvest)
+                pending.append(merger.submit(deliver, WindowOutcome(window, error=exc)))
+                continue
+            identify_recorded = True
+            quirks_known = _learned(harvest)
+            pending.append(merger.submit(merged, harvest))
+    finally:
+        merger.shutdown(wait=True)
+        catalogue.close()
+    outcomes = [future.result() for future in pending]
+    if callback_errors:
+        raise callback_errors[0]
+    return outcomes
+
+
+def _learned(harvest: WindowHarvest) -> set[str] | None:
+    """The quirks the next window starts from: stored + learned (None: read them, not begun)."""
+    if not harvest.begun:
+        return None
+    return set(harvest.known_quirks) | set(getattr(harvest, "quirks", ())) | set(harvest.lister.quirks)
+
+
+def _outcome(window: Window, harvest, *args, **kw) -> WindowOutcome:
+    try:
+        return WindowOutcome(window, report=harvest(*args, **kw))
+    except Exception as exc:  # noqa: BLE001 - recorded in the ledger; the next windows run
+        return WindowOutcome(window, error=exc)
+
+
+class _AsIs:
+    """A connect() used as it is, with the close() of ConnectionReuse (there is nothing to close)."""
+
+    def __init__(self, connect):
+        self._connect = connect
+
+    def __call__(self):
+        return self._connect()
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,340 @@
+"""harvest_windows (harvest/sequence.py): consecutive windows of one source, window N merged while
+window N+1 is fetched, each window still its own traversal, cursor, ledger row and verdict.
+
+Real demo provider over loopback, real DuckDB files; the crash test kills a child process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from harvest_pipeline.harvest import Window, harvest_partition, harvest_windows, stop
+from harvest_pipeline.harvest.oai_lister import OaiLister
+from harvest_pipeline.sources.registry import HttpSettings
+from harvest_pipeline.store import connect, ledger
+from harvest_pipeline.store.connection_reuse import ConnectionReuse
+from harvest_pipeline.store.staging import open_staging_files
+from harvest_pipeline.store.window_parts import window_state
+from harvest_pipeline.demo.process import start_demo_provider
+from harvest_pipeline_tests.conftest import day_window, demo_options, demo_source, records_table, window_stats
+
+pytestmark = pytest.mark.integration
+CHILD = Path(__file__).with_name("sequence_child.py")
+WAIT = 20.0  # seconds a window's callback waits to see the next window fetched (never reached when correct)
+
+
+@pytest.fixture
+def demo40():
+    """A provider of the test's own with 40 records a day: two ListRecords pages a day."""
+    with start_demo_provider(**demo_options(records_per_day=40)) as provider:
+        yield provider
+
+
+class WatchedLister(OaiLister):
+    """The real OAI-PMH lister, counting how many traversals (ListRecords walks) run at once."""
+
+    def __init__(self, source, state_dir):
+        super().__init__(source, state_dir=state_dir)
+        self._lock = threading.Lock()
+        self.active = self.most_active = self.traversals = 0
+
+    def pages(self, **kw):
+        with self._lock:
+            self.active += 1
+            self.traversals += 1
+            self.most_active = max(self.most_active, self.active)
+        try:
+            yield from super().pages(**kw)
+        finally:
+            with self._lock:
+                self.active -= 1
+
+
+def content(db_path) -> list[tuple]:
+    """What a split harvest must store the same as a whole one (the window columns name the sub-window)."""
+    with connect(db_path) as con:
+        return con.execute("SELECT identifier, datestamp, deleted, content_hash FROM records ORDER BY identifier").fetchall()
+
+
+def ledger_rows(db_path, windows: list[Window]) -> dict:
+    with connect(db_path) as con:
+        return {w.key: ledger.get_window(con, "demo", w.start.replace(tzinfo=None)) for w in windows}
+
+
+def test_each_merge_overlaps_the_next_windows_fetch_merges_stay_in_order_and_traversals_never_overlap(demo40, db_path):
+    demo = demo40
+    demo.set_options(slow_ms=150)
+    source = demo_source(demo)
+    windows = [day_window(n) for n in (5, 4, 3, 2)]
+    lister = WatchedLister(source, db_path.parent / "hosts")
+    fetched = {w.key: threading.Event() for w in windows}
+    done: list[str] = []
+    saw_next_fetched: dict[str, bool] = {}
+    requests_before = demo.faults()["requests"]
+
+    def progress(event: dict) -> None:
+        fetched[event["window"]].set()
+
+    def window_done(outcome) -> None:
+        done.append(outcome.window.key)
+        n = windows.index(outcome.window)
+        if n + 1 < len(windows):
+            # Window N is merged: window N+1 must be on the wire already (it has committed a page),
+            # not waiting for this merge and this callback.
+            saw_next_fetched[outcome.window.key] = fetched[windows[n + 1].key].wait(WAIT)
+
+    outcomes = harvest_windows(source, windows, run_id="seq", db_path=db_path, lister=lister,
+                               progress=progress, on_window_done=window_done)
+
+    assert [o.window for o in outcomes] == windows
+    assert all(o.ok for o in outcomes), [str(o.error) for o in outcomes if not o.ok]
+    assert done == [w.key for w in windows]  # callbacks in window order
+    assert saw_next_fetched == {w.key: True for w in windows[:-1]}  # the overlap happened
+    assert lister.most_active == 1 and lister.traversals == len(windows)  # one traversal at a time
+    rows = ledger_rows(db_path, windows)
+    for w, outcome in zip(windows, outcomes):
+        expected = window_stats(demo, w)["total"]
+        assert outcome.report.status == rows[w.key].status == ledger.VERIFIED
+        assert outcome.report.counts.received == rows[w.key].received == expected
+        assert rows[w.key].pages == 2 and rows[w.key].run_id == "seq"
+    # Merged in window order (the ledger's finish times).
+    finished = [rows[w.key].finished_at for w in windows]
+    assert finished == sorted(finished)
+    # One Identify for the whole sequence, then exactly the ListRecords pages.
+    assert demo.faults()["requests"] - requests_before == 1 + 2 * len(windows)
+    assert open_staging_files(db_path) == []
+
+
+def test_a_failing_window_in_the_middle_is_recorded_failed_and_the_next_windows_still_run(demo40, db_path):
+    demo = demo40
+    # Requests: 1 Identify, then two pages a window; the 5th request (window 2's second page) is
+    # refused with HTTP 429 and no retry: that window fails, nothing else does.
+    demo.set_options(fail_every=5, fail_status=429, retry_after="")
+    source = demo_source(demo, http=HttpSettings(max_retries=0))
+    windows = [day_window(n) for n in (4, 3, 2)]
+    done = []
+
+    outcomes = harvest_windows(source, windows, db_path=db_path, on_window_done=lambda o: done.append(o))
+
+    assert [o.ok for o in outcomes] == [True, False, True]
+    assert [o.window for o in done] == windows
+    failed = outcomes[1].error
+    assert "429" in str(failed) and failed.window == windows[1].key and failed.source_id == "demo"
+    rows = ledger_rows(db_path, windows)
+    assert [rows[w.key].status for w in windows] == [ledger.VERIFIED, ledger.FAILED, ledger.VERIFIED]
+    assert "429" in rows[windows[1].key].error
+    assert outcomes[2].report.counts.received == window_stats(demo, windows[2])["total"]
+    # The failed window kept its committed first page: its next run resumes from there.
+    [left] = open_staging_files(db_path)
+    demo.set_options(fail_every=0)
+    [again] = harvest_windows(source, [windows[1]], db_path=db_path)
+    assert again.ok and again.report.resumed and again.report.status == ledger.VERIFIED
+    assert not left.exists()
+
+
+def test_a_stop_request_stops_the_window_at_a_page_boundary_merges_the_one_before_and_starts_no_later_one(demo, db_path):
+    demo.set_options(slow_ms=50)  # 60 records a day, 25 a page: three pages a day
+    source = demo_source(demo)
+    windows = [day_window(n) for n in (5, 4, 3, 2)]
+
+    def progress(event: dict) -> None:
+        if event["window"] == windows[1].key:
+            stop.request(signal.SIGTERM)
+
+    try:
+        outcomes = harvest_windows(source, windows, db_path=db_path, progress=progress)
+    finally:
+        stop.clear()
+
+    assert outcomes[0].ok and outcomes[0].report.status == ledger.VERIFIED
+    assert isinstance(outcomes[1].error, stop.HarvestStopped) and outcomes[1].started
+    assert [(o.started, isinstance(o.error, stop.HarvestStopped)) for o in outcomes[2:]] == [(False, True), (False, True)]
+    rows = ledger_rows(db_path, windows)
+    assert rows[windows[1].key].status == ledger.RUNNING  # kept with its cursor, as a killed run leaves it
+    assert rows[windows[2].key] is None and rows[windows[3].key] is None
+
+    requests_before = demo.faults()["requests"]
+    rerun = harvest_windows(source, windows[1:], db_path=db_path)
+    assert all(o.ok and o.report.status == ledger.VERIFIED for o in rerun)
+    assert rerun[0].report.resumed  # from its last committed page, not from the start
+    assert demo.faults()["requests"] - requests_before < 1 + 3 * 3
+
+
+def _child(url, db, first: Window, n: int, crashpoint: str):
+    env = {**os.environ, "HARVEST_CRASHPOINT": crashpoint, "HARVEST_STAGING_COMMIT_ROWS": "1"}
+    return subprocess.run(
+        [sys.executable, str(CHILD), url, str(db), first.start.isoformat(), str(n)],
+        env=env, capture_output=True, text=True, timeout=120,
+    )
+
+
+def test_a_crash_in_a_merge_while_the_next_window_is_fetched_loses_nothing_and_fetches_no_page_again(demo40, db_path, tmp_path):
+    demo = demo40
+    demo.set_options(slow_ms=100)
+    source = demo_source(demo)
+    windows = [day_window(n) for n in (4, 3, 2)]
+    clean = tmp_path / "clean" / "h.duckdb"
+    for w in windows:
+        harvest_partition(source, w, db_path=clean)
+
+    requests_before = demo.faults()["requests"]
+    crashed = _child(demo.url, db_path, windows[0], len(windows), "mid-merge:1")
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+    first_run_requests = demo.faults()["requests"] - requests_before
+    rows = ledger_rows(db_path, windows)
+    assert rows[windows[0].key].status == ledger.RUNNING  # its merge never committed
+    staged = {p.stem for p in open_staging_files(db_path)}
+    assert windows[0].start.strftime("%Y%m%dT%H%M%S") in staged
+
+    requests_before = demo.faults()["requests"]
+    outcomes = harvest_windows(source, windows, db_path=db_path)
+    assert all(o.ok and o.report.status == ledger.VERIFIED for o in outcomes), [str(o.error) for o in outcomes]
+    # Window 1's list was complete in its staging file: merged without asking the server again.
+    assert outcomes[0].report.resumed and outcomes[0].report.pages == 2
+    second_run_requests = demo.faults()["requests"] - requests_before
+    # The second run asked for Identify and at most the pages of windows 2 and 3 (window 2's pages
+    # fetched but not yet committed when the process died are fetched again), none of window 1.
+    assert first_run_requests >= 1 + 2
+    assert second_run_requests <= 1 + 2 * (len(windows) - 1)
+    assert records_table(db_path) == records_table(clean)
+    assert open_staging_files(db_path) == []
+
+
+def test_windows_that_split_inside_a_sequence_verify_with_the_providers_records(demo, db_path, tmp_path):
+    # 60 records a day, 25 a page: a day is 3 pages; a two-day window's 5 pages outlive the tokens.
+    first = day_window(6)
+    two_days = Window(first.end, first.end + timedelta(days=2), "two-days")
+    last = Window(two_days.end, two_days.end + timedelta(days=1), "last")
+    windows = [first, two_days, last]
+    clean = tmp_path / "clean" / "h.duckdb"
+    source = demo_source(demo, http=HttpSettings(max_retries=1, backoff_base_seconds=0.01, backoff_max_seconds=0.02))
+    for w in windows:
+        harvest_partition(source, w, db_path=clean)
+
+    demo.set_options(token_expires_after_pages=3)
+    done = []
+    outcomes = harvest_windows(source, windows, db_path=db_path, on_window_done=lambda o: done.append(o.window.key))
+    assert all(o.ok and o.report.status == ledger.VERIFIED for o in outcomes), [str(o.error) for o in outcomes]
+    assert done == [w.key for w in windows]
+    assert any("split into 2 sub-windows" in w for w in outcomes[1].report.warnings)
+    rows = ledger_rows(db_path, windows)
+    with connect(db_path) as con:
+        assert [window_state(con, "demo", w.start).split_into for w in windows] == [None, 2, None]
+    assert [rows[w.key].finished_at for w in windows] == sorted(rows[w.key].finished_at for w in windows)
+    assert content(db_path) == content(clean)
+
+    # Run again: the split window goes straight to its sub-windows, between the others.
+    again = harvest_windows(source, windows, db_path=db_path)
+    assert all(o.ok and o.report.status == ledger.VERIFIED for o in again)
+    assert content(db_path) == content(clean)
+
+
+def test_connection_reuse_opens_once_for_writes_close_together_and_closes_when_idle(tmp_path):
+    db = tmp_path / "h.duckdb"
+    reuse = ConnectionReuse(lambda: connect(db), idle_seconds=0.2, max_hold_seconds=5)
+    with reuse() as a:
+        with reuse() as b:  # another user while the first holds it: the same open, its own cursor
+            b.execute("CREATE TABLE t (x INTEGER)")
+        a.execute("INSERT INTO t VALUES (1)")
+    with reuse() as c:
+        assert c.execute("SELECT count(*) FROM t").fetchone()[0] == 1
+    assert reuse.opens == 1
+    # Idle: closed, so another process can open the file.
+    deadline = threading.Event()
+    deadline.wait(0.6)
+    code = "import duckdb, sys; duckdb.connect(sys.argv[1]).execute('SELECT count(*) FROM t').fetchone()"
+    assert subprocess.run([sys.executable, "-c", code, str(db)], timeout=60).returncode == 0
+    with reuse() as d:
+        d.execute("SELECT 1")
+    assert reuse.opens == 2
+    reuse.close()
+
+
+def test_a_failure_is_written_after_a_late_ledger_row_never_overwritten_by_it(demo40, db_path):
+    """The ledger row written in the writer thread (harvest_windows' merge thread) may come late;
+    a traversal that fails first waits for it, so the window ends `failed`, not `running`."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from harvest_pipeline.errors import HTTPStatusError
+    from harvest_pipeline.harvest.window import WindowHarvest
+
+    source = demo_source(demo40, http=HttpSettings(max_retries=0))
+    window = day_window(3)
+    lister = OaiLister(source, state_dir=db_path.parent / "hosts")
+    lister.describe()  # Identify, asked for the window before
+    demo40.set_options(fail_every=1, fail_status=429, retry_after="")  # from here every request is refused
+    writer = ThreadPoolExecutor(max_workers=1)
+    late = threading.Event()
+    writer.submit(late.wait, 2.0)  # the writer is busy (a merge) when the window begins
+    harvest = WindowHarvest(source, window, db_path=db_path, lister=lister, quirks_known=set(), submit_begin=writer.submit)
+    with pytest.raises(HTTPStatusError):
+        harvest.traverse()
+    writer.shutdown(wait=True)
+    row = ledger_rows(db_path, [window])[window.key]
+    assert row.status == ledger.FAILED and "429" in row.error
+
+
+
+OPEN_READ_ONLY = """
+import sys, time, duckdb
+deadline = time.monotonic() + 3
+while True:
+    try:
+        con = duckdb.connect(sys.argv[1], read_only=True)
+        print(con.execute("SELECT count(*) FROM harvest_windows").fetchone()[0])
+        break
+    except duckdb.Error:
+        if time.monotonic() > deadline:
+            raise
+        time.sleep(0.05)
+"""
+
+
+def test_another_process_opens_the_catalogue_while_the_sequence_fetches_between_merges(demo40, db_path):
+    """The run does not hold DuckDB's file lock while it waits on the server: the sensor, other
+    runs and the CLI open the catalogue between its merges."""
+    demo40.set_options(slow_ms=1000)
+    source = demo_source(demo40)
+    windows = [day_window(n) for n in (3, 2)]
+    opened = []
+
+    def progress(event: dict) -> None:
+        if event["window"] == windows[1].key and event["pages"] == 1:
+            # Window 1's merge and window 2's ledger row were written about a page (1 s) ago.
+            child = subprocess.run([sys.executable, "-c", OPEN_READ_ONLY, str(db_path)],
+                                   capture_output=True, text=True, timeout=60)
+            opened.append((child.returncode, child.stdout.strip(), child.stderr[-300:]))
+
+    outcomes = harvest_windows(source, windows, db_path=db_path, progress=progress)
+    assert all(o.ok for o in outcomes)
+    assert opened == [(0, "2", "")]
+
+
+def test_sources_harvested_in_threads_of_one_process_do_not_break_each_others_merges(demo40, db_path):
+    """One process shares one DuckDB instance per file, and a merge attaches its staging file
+    under one name: merges of sources harvested side by side in threads (a batch run) take turns."""
+    windows = [day_window(n) for n in (6, 5, 4, 3, 2)]
+    outcomes: dict[str, list] = {}
+
+    def harvest(source_id: str) -> None:
+        outcomes[source_id] = harvest_windows(demo_source(demo40, id=source_id), windows, db_path=db_path)
+
+    threads = [threading.Thread(target=harvest, args=(source_id,)) for source_id in ("a", "b", "c")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    errors = {sid: [str(o.error) for o in outs if not o.ok] for sid, outs in outcomes.items()}
+    assert errors == {"a": [], "b": [], "c": []}
+    with connect(db_path) as con:
+        counts = dict(con.execute("SELECT source_id, count(*) FROM records GROUP BY 1").fetchall())
+    total = sum(window_stats(demo40, w)["total"] for w in windows)
+    assert counts == {"a": total, "b": total, "c": total}
