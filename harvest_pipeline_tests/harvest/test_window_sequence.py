@@ -140,8 +140,9 @@ def test_a_failing_window_in_the_middle_is_recorded_failed_and_the_next_windows_
     assert not left.exists()
 
 
-def test_a_stop_request_stops_the_window_at_a_page_boundary_merges_the_one_before_and_starts_no_later_one(demo, db_path):
+def test_a_stop_request_stops_the_window_at_a_page_boundary_merges_the_one_before_and_starts_no_later_one(demo, db_path, monkeypatch):
     demo.set_options(slow_ms=50)  # 60 records a day, 25 a page: three pages a day
+    monkeypatch.setenv("HARVEST_STAGING_COMMIT_ROWS", "1")  # a commit (and a progress event) per page
     source = demo_source(demo)
     windows = [day_window(n) for n in (5, 4, 3, 2)]
 
@@ -307,8 +308,9 @@ def test_another_process_opens_the_catalogue_while_the_sequence_fetches_between_
     opened = []
 
     def progress(event: dict) -> None:
-        if event["window"] == windows[1].key and event["pages"] == 1:
-            # Window 1's merge and window 2's ledger row were written about a page (1 s) ago.
+        if event["window"] == windows[1].key and not opened:
+            # Window 2's first commit: window 1's merge and window 2's ledger row were written
+            # at least a page (1 s) ago.
             child = subprocess.run([sys.executable, "-c", OPEN_READ_ONLY, str(db_path)],
                                    capture_output=True, text=True, timeout=60)
             opened.append((child.returncode, child.stdout.strip(), child.stderr[-300:]))
