@@ -126,7 +126,8 @@ def _sessions_closed_at_end():
 class WindowRun:
     """The windows of one run: harvested one after another with one lister (one Identify per run)."""
 
-    def __init__(self, context, source: SourceConfig, key: dg.AssetKey, partitions_def, duckdb: DuckDBResource):
+    def __init__(self, context, source: SourceConfig, key: dg.AssetKey, partitions_def, duckdb: DuckDBResource,
+                 *, progress=None):
         self.context, self.source, self.key, self.partitions_def = context, source, key, partitions_def
         self.db_path = catalogue_path(duckdb)
         self.connect = catalogue_connector(duckdb)
@@ -134,7 +135,7 @@ class WindowRun:
         from harvest_pipeline.harvest.listers import lister_for
 
         self.lister = lister_for(source, state_dir=self.db_path.parent / "hosts")
-        self.progress = progress_logger(context, source.id)
+        self.progress = progress or progress_logger(context, source.id)
         facts = read_facts(source, self.db_path)
         if facts is not None:
             # What the server said of itself when its facts were stored (kept current by the
@@ -271,6 +272,11 @@ class EventRecorder:
         self.context = context
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="window-events")
         self.pending = []
+
+    def log_info(self, text: str) -> None:
+        """A log line written by the events thread: Dagster's log handlers write each line to the
+        instance under one lock, which harvesting threads would otherwise queue for."""
+        self.pool.submit(self.context.log.info, text)
 
     def record(self, asset_key: dg.AssetKey, partition_key: str, report) -> None:
         self.pending.append(self.pool.submit(self._log, asset_key, partition_key, report))

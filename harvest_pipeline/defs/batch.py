@@ -22,6 +22,7 @@ from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
 from harvest_pipeline.defs.assets import EventRecorder, WindowRun, asset_key_for, failed_windows_text
+from harvest_pipeline.defs.report import progress_logger
 from harvest_pipeline.harvest import stop
 from harvest_pipeline.sources import SourceConfig
 from harvest_pipeline.store.session import close_all as close_sessions
@@ -72,12 +73,16 @@ def build_batch_job(sources: list[SourceConfig], partitions_by_source: dict) -> 
             context.log.error(f"not in the sources file (skipped): {', '.join(unknown)}")
         plan = {sid: keys for sid, keys in config.windows.items() if sid in by_id and keys}
         recorder = EventRecorder(context)
+        # One progress line every 10 s for the whole run, written by the events thread: a line
+        # per source every few seconds would make 100 sources queue on Dagster's log handlers.
+        progress = progress_logger(context, None, log=recorder.log_info, every=10.0)
         failed: dict[str, dict[str, str]] = {}
         guard = threading.Lock()
 
         def harvest_source(source_id: str) -> None:
             source = by_id[source_id]
-            run = WindowRun(context, source, asset_key_for(source_id), partitions_by_source[source_id], duckdb)
+            run = WindowRun(context, source, asset_key_for(source_id), partitions_by_source[source_id], duckdb,
+                            progress=progress)
             try:
                 with run.source_lock():
                     bad, _ = run.run_windows(plan[source_id], recorder)

@@ -25,21 +25,24 @@ CHANGES_SCHEMA = dg.TableSchema(
 )
 
 
-def progress_logger(context, source_id: str):
+def progress_logger(context, source_id: str | None, *, log=None, every: float | None = None):
     """A progress callback that tells CLI listeners of every page and logs one line every few
     seconds (each log line is an event written to the instance; one per page costs ~2 s per
-    100,000 records)."""
+    100,000 records). `log` writes the line (default: context.log.info, in the caller's thread);
+    a batch run shares one callback among its sources and hands the line to its events thread."""
     last = [float("-inf")]
+    log = log or context.log.info
+    every = LOG_EVERY_SECONDS if every is None else every
 
     def progress(event: dict) -> None:
         notify(event)
         now = time.monotonic()
-        if now - last[0] < LOG_EVERY_SECONDS:
+        if now - last[0] < every:
             return
         last[0] = now
         total = event.get("complete_list_size")
-        context.log.info(
-            f"{source_id} {event.get('window')}: page {event.get('pages')}, {event.get('received')}"
+        log(
+            f"{event.get('source_id') or source_id} {event.get('window')}: page {event.get('pages')}, {event.get('received')}"
             f" of {total if total is not None else '?'} records"
         )
 
