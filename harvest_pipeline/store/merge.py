@@ -209,11 +209,66 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     )
     # New rows are inserted and existing ones updated in place, in two statements: DuckDB's
     # INSERT .. ON CONFLICT DO UPDATE holds every conflicting row in memory, which a window
-    # revising 100,000 records of a large catalogue does not survive.
-    changed = """
+    # revising 100,000 records of a large catalogue does not survive. A large window is written in
+    # slices of pages (same transaction): each statement's join then holds one slice, not the window.
+    inserted = updated = 0
+    for first_page, last_page in _page_slices(con):
+        n_inserted, n_updated = _write_slice(
+            con, first_page, last_page, source_id=source_id, window_start=window_start, window_end=window_end,
+            run_id=run_id, attempt_id=attempt_id, now=now, by_rowid=by_rowid,
+        )
+        inserted, updated = inserted + n_inserted, updated + n_updated
+    by_action = dict(con.execute("SELECT action, count(*) FROM classified GROUP BY action").fetchall())
+    # "Stored": received versions the catalogue now holds (or holds a newer version of): the rows
+    # the two statements above wrote (their own row counts), plus the versions found already
+    # stored, identical or older than the stored one.
+    stored = int(inserted) + int(updated) + int(by_action.get("unchanged", 0)) + int(by_action.get("stale", 0))
+    distinct = con.execute("SELECT count(*) FROM classified").fetchone()[0]
+    con.execute("DROP TABLE classified")
+    con.execute("DROP TABLE stored")
+    con.execute("DROP TABLE stored_before")
+    con.execute("DROP TABLE latest")
+    return MergeCounts(
+        received=int(received),
+        distinct_received=int(distinct),
+        stored=int(stored),
+        quarantined=int(quarantined),
+        quarantined_unparsed=int(unparsed),
+        **{a: int(by_action.get(a, 0)) for a in _ACTIONS},
+    )
+
+
+# Rows written per statement of a large window's merge: the join of one slice (its staged rows
+# and their classification) is what the statement holds in memory.
+MERGE_SLICE_ROWS = 20_000
+
+
+def _page_slices(con) -> list[tuple[int, int]]:
+    """Consecutive page ranges of the staged window, each at most MERGE_SLICE_ROWS rows (a page
+    larger than that is a slice of its own); one range for a window smaller than a slice."""
+    slices: list[tuple[int, int]] = []
+    first = last = None
+    rows = 0
+    for page, n in con.execute("SELECT page_number, count(*) FROM stg.page_records GROUP BY 1 ORDER BY 1").fetchall():
+        if first is not None and rows + n > MERGE_SLICE_ROWS:
+            slices.append((first, last))
+            first, rows = None, 0
+        first = page if first is None else first
+        last, rows = page, rows + n
+    if first is not None:
+        slices.append((first, last))
+    return slices
+
+
+def _write_slice(con, first_page, last_page, *, source_id, window_start, window_end, run_id, attempt_id, now,
+                 by_rowid) -> tuple[int, int]:
+    """Insert, update and record the history of the classified rows staged on these pages."""
+    pages = (f"i.page_number BETWEEN {int(first_page)} AND {int(last_page)}"
+             f" AND c.page_number BETWEEN {int(first_page)} AND {int(last_page)}")
+    changed = f"""
         FROM stg.page_records i
         JOIN classified c ON c.identifier = i.identifier AND c.page_number = i.page_number AND c.seq = i.seq
-        WHERE c.action IN ('created', 'updated', 'deleted', 'revived', 'restored')
+        WHERE {pages} AND c.action IN ('created', 'updated', 'deleted', 'revived', 'restored')
     """
     values = ", ".join(_stored_value(c, "i.") for c in VALUE_COLUMNS)
     inserted = con.execute(
@@ -240,30 +295,14 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
         [now, run_id, window_start, window_end] + ([] if by_rowid else [source_id]),
     ).fetchone()[0]
     con.execute(
-        """
+        f"""
         INSERT INTO record_history
         SELECT ?, i.identifier, i.datestamp, i.deleted, i.content_hash, c.action, ?, ?, ?, ?, i.page_number,
                CASE WHEN c.action IN ('created', 'updated', 'revived', 'restored') THEN i.metadata_xml END, ?
         FROM stg.page_records i
         JOIN classified c ON c.identifier = i.identifier AND c.page_number = i.page_number AND c.seq = i.seq
+        WHERE {pages}
         """,
         [source_id, window_start, window_end, run_id, attempt_id, now],
     )
-    by_action = dict(con.execute("SELECT action, count(*) FROM classified GROUP BY action").fetchall())
-    # "Stored": received versions the catalogue now holds (or holds a newer version of): the rows
-    # the two statements above wrote (their own row counts), plus the versions found already
-    # stored, identical or older than the stored one.
-    stored = int(inserted) + int(updated) + int(by_action.get("unchanged", 0)) + int(by_action.get("stale", 0))
-    distinct = con.execute("SELECT count(*) FROM classified").fetchone()[0]
-    con.execute("DROP TABLE classified")
-    con.execute("DROP TABLE stored")
-    con.execute("DROP TABLE stored_before")
-    con.execute("DROP TABLE latest")
-    return MergeCounts(
-        received=int(received),
-        distinct_received=int(distinct),
-        stored=int(stored),
-        quarantined=int(quarantined),
-        quarantined_unparsed=int(unparsed),
-        **{a: int(by_action.get(a, 0)) for a in _ACTIONS},
-    )
+    return int(inserted), int(updated)
