@@ -57,6 +57,46 @@ def _fingerprint(values: dict[str, str]) -> str:
     return f"md5(concat_ws(chr(31), {parts}))"
 
 
+# Up to this many keys (or identifiers) are looked up as a list of constants (see `stored`).
+SMALL_LOOKUP = 2_000
+
+
+def _small_list(con, query: str) -> list | None:
+    """The query's single column, or None when it has more than SMALL_LOOKUP rows."""
+    rows = con.execute(f"{query} LIMIT {SMALL_LOOKUP + 1}").fetchall()
+    return None if len(rows) > SMALL_LOOKUP else [r[0] for r in rows]
+
+
+def _sql_list(values: list) -> str:
+    """A parenthesised SQL list of integer or text constants; (NULL) when empty (matches nothing)."""
+    if not values:
+        return "(NULL)"
+    return "(" + ", ".join(str(int(v)) if isinstance(v, int) else "'" + str(v).replace("'", "''") + "'" for v in values) + ")"
+
+
+def _read_same_versions(con, stored_fp: str) -> None:
+    """Fill `stored`'s content hash and fingerprint for the rows whose datestamp is the received
+    one's (or both deleted): only those can be 'unchanged' or 'restored'; for the others the
+    datestamps and deletion flags decide."""
+    same = f"""
+        SELECT s.row_id FROM stored s
+        JOIN stg.page_records p ON p.identifier = s.identifier
+        JOIN latest l ON l.identifier = p.identifier AND l.pos = p.page_number::BIGINT * 1000000 + p.seq
+        WHERE s.datestamp IS NOT DISTINCT FROM p.datestamp OR (s.deleted AND p.deleted)
+    """
+    row_ids = _small_list(con, same)
+    if row_ids == []:
+        return
+    wanted = f"({same})" if row_ids is None else _sql_list(row_ids)
+    con.execute(
+        f"""
+        UPDATE stored SET content_hash = w.content_hash, fp = w.fp
+        FROM (SELECT r.rowid AS row_id, r.content_hash, {stored_fp} AS fp FROM records r WHERE r.rowid IN {wanted}) w
+        WHERE w.row_id = stored.row_id
+        """
+    )
+
+
 def _sql_literal_path(path: Path) -> str:
     return "'" + str(path).replace("'", "''") + "'"
 
@@ -139,26 +179,44 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     # DuckDB's own file has stable row ids within the transaction; a shared catalogue (PostgreSQL,
     # DuckLake) is matched by its key instead, which its own index serves.
     by_rowid = dialect(con) == EMBEDDED
+    # A small window's keys go into the statement as a list of constants: DuckDB then filters the
+    # key column inside its scan (about 10x cheaper than the semi-join a subquery gets, measured
+    # on 2,000,000 rows). A large window reads most row groups anyway: a join.
+    keys = _small_list(con, "SELECT DISTINCT identifier_key FROM latest")
+    window_keys = "(SELECT identifier_key FROM latest)" if keys is None else _sql_list(keys)
     found = (
-        "r.rowid IN (SELECT rowid FROM records WHERE source_id = ? AND identifier_key IN (SELECT identifier_key FROM latest))"
+        f"r.rowid IN (SELECT rowid FROM records WHERE source_id = ? AND identifier_key IN {window_keys})"
         if by_rowid else
-        "r.source_id = ? AND r.identifier_key IN (SELECT identifier_key FROM latest)"
+        f"r.source_id = ? AND r.identifier_key IN {window_keys}"
     )
+    # The embedded file reads the narrow columns first and the wide ones (for the fingerprint) only
+    # for the rows whose stored version may be the received one: a row fetched among millions costs
+    # its row group's compressed XML, so a window of new versions spread over the catalogue reads
+    # no XML at all. A shared catalogue reads its rows by key in one statement.
+    narrow = by_rowid
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE stored AS
         SELECT {'r.rowid' if by_rowid else 'NULL::BIGINT'} AS row_id, r.identifier, r.datestamp, r.deleted,
-               r.content_hash, {stored_fp} AS fp
+               {'NULL::VARCHAR' if narrow else 'r.content_hash'} AS content_hash,
+               {'NULL::VARCHAR' if narrow else stored_fp} AS fp
         FROM records r
         WHERE {found}
         """,
         [source_id],
     )
+    if narrow:
+        _read_same_versions(con, stored_fp)
     # A received record with no row whose history shows it was stored before: its row was
     # deleted by hand. Its last stored version says whether the harvest restores that version,
     # and its first sighting stays its first_seen_at. Only identifiers without a row are looked up
     # (a window whose records all have rows filters the history down to nothing).
     storing = ", ".join(f"'{a}'" for a in _STORING_ACTIONS)
+    absent = _small_list(con, "SELECT l.identifier FROM latest l ANTI JOIN stored s ON s.identifier = l.identifier")
+    absent_identifiers = (
+        "(SELECT l.identifier FROM latest l ANTI JOIN stored s ON s.identifier = l.identifier)"
+        if absent is None else _sql_list(absent)
+    )
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE stored_before AS
@@ -169,7 +227,7 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
                min(h.received_at) AS first_seen_at
         FROM record_history h
         WHERE h.source_id = ? AND h.action IN ({storing})
-          AND h.identifier IN (SELECT l.identifier FROM latest l ANTI JOIN stored s ON s.identifier = l.identifier)
+          AND h.identifier IN {absent_identifiers}
         GROUP BY h.identifier
         """,
         [source_id],
