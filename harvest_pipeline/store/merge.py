@@ -7,12 +7,14 @@ every record 'unchanged' and rewrites nothing in `records`.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 import duckdb
 
+from harvest_pipeline.errors import HarvestError
 from harvest_pipeline.store.clock import utcnow
 from harvest_pipeline.store.backend import EMBEDDED, dialect
 from harvest_pipeline.store.columns import DROPPED_BY_TOMBSTONE, VALUE_COLUMNS, identifier_key_sql
@@ -57,6 +59,10 @@ def _fingerprint(values: dict[str, str]) -> str:
     return f"md5(concat_ws(chr(31), {parts}))"
 
 
+# Set: a small window's merge reads the stored identifiers instead of trusting their keys (the
+# way out of an identifier_key collision, which the merge reports).
+READ_IDENTIFIERS_ENV = "HARVEST_MERGE_READ_IDENTIFIERS"
+
 # Up to this many keys (or identifiers) are looked up as a list of constants (see `stored`).
 SMALL_LOOKUP = 2_000
 
@@ -74,15 +80,18 @@ def _sql_list(values: list) -> str:
     return "(" + ", ".join(str(int(v)) if isinstance(v, int) else "'" + str(v).replace("'", "''") + "'" for v in values) + ")"
 
 
-def _read_same_versions(con, stored_fp: str) -> None:
+def _read_same_versions(con, stored_fp: str, *, check_identifiers: bool) -> None:
     """Fill `stored`'s content hash and fingerprint for the rows whose datestamp is the received
     one's (or both deleted): only those can be 'unchanged' or 'restored'; for the others the
-    datestamps and deletion flags decide."""
+    datestamps and deletion flags decide. With `check_identifiers` (rows found by key alone), the
+    rows read here and the rows a stale version leaves alone get their stored identifier checked;
+    the rows the merge rewrites are checked by the UPDATE itself."""
     same = f"""
         SELECT s.row_id FROM stored s
         JOIN stg.page_records p ON p.identifier = s.identifier
         JOIN latest l ON l.identifier = p.identifier AND l.pos = p.page_number::BIGINT * 1000000 + p.seq
         WHERE s.datestamp IS NOT DISTINCT FROM p.datestamp OR (s.deleted AND p.deleted)
+           {'OR p.datestamp < s.datestamp' if check_identifiers else ''}
     """
     row_ids = _small_list(con, same)
     if row_ids == []:
@@ -91,10 +100,26 @@ def _read_same_versions(con, stored_fp: str) -> None:
     con.execute(
         f"""
         UPDATE stored SET content_hash = w.content_hash, fp = w.fp
-        FROM (SELECT r.rowid AS row_id, r.content_hash, {stored_fp} AS fp FROM records r WHERE r.rowid IN {wanted}) w
+        FROM (SELECT r.rowid AS row_id, r.identifier, r.content_hash, {stored_fp} AS fp FROM records r
+              WHERE r.rowid IN {wanted}) w
         WHERE w.row_id = stored.row_id
         """
     )
+    if check_identifiers:
+        _check_identifiers(con, f"SELECT count(*) FROM stored s JOIN records r ON r.rowid = s.row_id"
+                                f" WHERE r.rowid IN {wanted} AND r.identifier <> s.identifier")
+
+
+def _check_identifiers(con, mismatches_sql: str, expected: int | None = None) -> None:
+    """Fail the merge (nothing written) when a row found by its key holds another identifier."""
+    found = con.execute(mismatches_sql).fetchone()[0]
+    if (expected is None and found) or (expected is not None and found != expected):
+        raise HarvestError(
+            "two record identifiers of this source share an identifier_key (63 bits of their md5); "
+            "the merge found a stored row by key that holds another identifier",
+            hint=f"nothing was written; run the window again with {READ_IDENTIFIERS_ENV}=1 (the merge then reads "
+                 "the stored identifiers, slower on a large catalogue), and report it",
+        )
 
 
 def _sql_literal_path(path: Path) -> str:
@@ -192,21 +217,40 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     # The embedded file reads the narrow columns first and the wide ones (for the fingerprint) only
     # for the rows whose stored version may be the received one: a row fetched among millions costs
     # its row group's compressed XML, so a window of new versions spread over the catalogue reads
-    # no XML at all. A shared catalogue reads its rows by key in one statement.
-    narrow = by_rowid
-    con.execute(
-        f"""
-        CREATE OR REPLACE TEMP TABLE stored AS
-        SELECT {'r.rowid' if by_rowid else 'NULL::BIGINT'} AS row_id, r.identifier, r.datestamp, r.deleted,
-               {'NULL::VARCHAR' if narrow else 'r.content_hash'} AS content_hash,
-               {'NULL::VARCHAR' if narrow else stored_fp} AS fp
-        FROM records r
-        WHERE {found}
-        """,
-        [source_id],
-    )
-    if narrow:
-        _read_same_versions(con, stored_fp)
+    # no XML at all. A small window does not even read the stored identifiers (strings, as costly
+    # as the rest of the lookup): a row is its key's, and the statements that use a row check its
+    # identifier (see `_check_identifiers`). A shared catalogue reads its rows by key.
+    by_key_only = by_rowid and keys is not None and not os.environ.get(READ_IDENTIFIERS_ENV)
+    if by_key_only:
+        con.execute(
+            f"""
+            CREATE OR REPLACE TEMP TABLE stored AS
+            SELECT f.row_id, l.identifier, f.datestamp, f.deleted, NULL::VARCHAR AS content_hash, NULL::VARCHAR AS fp
+            FROM (SELECT rowid AS row_id, identifier_key, datestamp, deleted FROM records
+                  WHERE source_id = ? AND identifier_key IN {window_keys}) f
+            JOIN latest l ON l.identifier_key = f.identifier_key
+            """,
+            [source_id],
+        )
+        # Two identifiers of the window, or two stored rows, with one key (63 bits of md5: about
+        # one chance in 10^7 for a source of 10 million records): read the identifiers after all.
+        by_key_only = not con.execute(
+            "SELECT count(*) FROM (SELECT identifier FROM stored GROUP BY identifier HAVING count(*) > 1)"
+        ).fetchone()[0]
+    if not by_key_only:
+        con.execute(
+            f"""
+            CREATE OR REPLACE TEMP TABLE stored AS
+            SELECT {'r.rowid' if by_rowid else 'NULL::BIGINT'} AS row_id, r.identifier, r.datestamp, r.deleted,
+                   {'NULL::VARCHAR' if by_rowid else 'r.content_hash'} AS content_hash,
+                   {'NULL::VARCHAR' if by_rowid else stored_fp} AS fp
+            FROM records r
+            WHERE {found}
+            """,
+            [source_id],
+        )
+    if by_rowid:
+        _read_same_versions(con, stored_fp, check_identifiers=by_key_only)
     # A received record with no row whose history shows it was stored before: its row was
     # deleted by hand. Its last stored version says whether the harvest restores that version,
     # and its first sighting stays its first_seen_at. Only identifiers without a row are looked up
@@ -342,7 +386,10 @@ def _write_slice(con, first_page, last_page, *, source_id, window_start, window_
     assignments = ", ".join(f"{c} = u.{c}" for c in VALUE_COLUMNS)
     # Matched by row id (found above, same transaction): no join against the whole table. A
     # shared catalogue is matched by its key.
-    match = "records.rowid = u.row_id" if by_rowid else "records.source_id = ? AND records.identifier = u.identifier"
+    # By row id, the identifier checked (a row found by key alone may, once in 10^7 sources, be
+    # another identifier's).
+    match = ("records.rowid = u.row_id AND records.identifier = u.identifier" if by_rowid
+             else "records.source_id = ? AND records.identifier = u.identifier")
     updated = con.execute(
         f"""
         UPDATE records SET {assignments},
@@ -352,6 +399,13 @@ def _write_slice(con, first_page, last_page, *, source_id, window_start, window_
         """,
         [now, run_id, window_start, window_end] + ([] if by_rowid else [source_id]),
     ).fetchone()[0]
+    if by_rowid:
+        _check_identifiers(
+            con,
+            f"SELECT count(*) FROM classified c WHERE c.page_number BETWEEN {int(first_page)} AND {int(last_page)}"
+            " AND c.existed AND c.action IN ('created', 'updated', 'deleted', 'revived', 'restored')",
+            expected=int(updated),
+        )
     con.execute(
         f"""
         INSERT INTO record_history

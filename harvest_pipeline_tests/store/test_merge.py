@@ -269,3 +269,35 @@ def test_a_large_window_is_merged_in_slices_with_the_same_result(db, monkeypatch
     assert (counts.received, counts.distinct_received, counts.created, counts.deleted, counts.stored) == (5, 4, 3, 1, 4)
     assert stored == [("a", "<x>a2</x>", False), ("b", "<x>b</x>", False), ("c", "<x>c</x>", False), ("d", None, True)]
     assert history == 4
+
+
+def test_records_whose_keys_collide_are_told_apart_or_the_merge_stops(db, monkeypatch):
+    """A small window finds its stored rows by identifier_key alone. Identifiers sharing a key
+    (forced here: every key is 42) inside the window make it read the stored identifiers; a
+    received record whose key is another stored record's fails the merge with nothing written,
+    and HARVEST_MERGE_READ_IDENTIFIERS=1 merges it."""
+    from harvest_pipeline.errors import HarvestError
+    from harvest_pipeline.store import merge as merge_module
+
+    monkeypatch.setattr(merge_module, "identifier_key_sql", lambda expr: f"(42 + 0 * length({expr}))::BIGINT")
+    t = W0 + timedelta(hours=1)
+    counts, _ = _merge(db, [("a", t, False, "<x>a</x>"), ("b", t, False, "<x>b</x>")], run="r1")
+    assert counts.created == 2
+    counts, table = _merge(db, [("a", t + timedelta(hours=1), False, "<x>a2</x>"), ("c", t, False, "<x>c</x>")], run="r2")
+    assert (counts.created, counts.updated) == (1, 1)
+    assert [(row[1], row[7]) for row in table] == [("a", "<x>a2</x>"), ("b", "<x>b</x>"), ("c", "<x>c</x>")]
+    counts, table = _merge(db, [("d", t, False, "<x>d</x>")], run="r3")  # three stored rows with its key
+    assert counts.created == 1
+    assert [row[1] for row in table] == ["a", "b", "c", "d"]
+    one = db.with_name("one.duckdb")  # one stored row with the received record's key: not told apart
+    _merge(one, [("a", t, False, "<x>a</x>")], run="r1")
+    for version in (t + timedelta(hours=2), t, t - timedelta(hours=1)):  # updated, same version, stale
+        with pytest.raises(HarvestError, match="share an identifier_key"):
+            _merge(one, [("d", version, False, "<x>d</x>")], run="r2")
+        with connect(one) as con:
+            assert con.execute("SELECT identifier, metadata_xml FROM records").fetchall() == [("a", "<x>a</x>")]
+            assert con.execute("SELECT count(*) FROM record_history WHERE run_id = 'r2'").fetchone()[0] == 0
+    monkeypatch.setenv(merge_module.READ_IDENTIFIERS_ENV, "1")
+    counts, table = _merge(one, [("d", t, False, "<x>d</x>")], run="r3")
+    assert counts.created == 1
+    assert [row[1] for row in table] == ["a", "d"]
