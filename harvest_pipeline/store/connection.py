@@ -179,7 +179,8 @@ def open_with_retry(
                     # in the code server): share that instance; the caller only reads.
                     try:
                         return duckdb.connect(str(path), read_only=False, config=connection_config(path))
-                    except (duckdb.IOException, duckdb.ConnectionException, duckdb.InvalidInputException):
+                    except (duckdb.IOException, duckdb.ConnectionException, duckdb.InvalidInputException,
+                            duckdb.BinderException):
                         pass
                 if time.monotonic() >= deadline:
                     raise StoreLockedError(
@@ -187,7 +188,8 @@ def open_with_retry(
                         hint=(
                             "this process already holds the file open "
                             f"{'for writing' if read_only else 'read-only'} (another thread: a sensor, a "
-                            "resource) and DuckDB refuses a second configuration of one file in one process; "
+                            "resource), or opened it by duckdb.connect() rather than store.connection.open_catalogue, "
+                            "and DuckDB refuses a second configuration of one file in one process; "
                             "it opens once that connection is closed"
                         ),
                     ) from exc
