@@ -51,10 +51,6 @@ def connection_config(db_path: str | Path) -> dict:
         # One folder per process: DuckDB names its spill files the same in every process.
         "temp_directory": str(spill_root / str(os.getpid())),
         "preserve_insertion_order": False,
-        # One thread per connection: each thread's operators hold their own buffers, and at the
-        # 128 MB limit a 1,000,000-record merge ran out of memory with two (bench --rss). Many
-        # harvests at once share the cores anyway.
-        "threads": 1,
     }
 
 

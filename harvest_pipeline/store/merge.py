@@ -159,6 +159,12 @@ def merge_staging(
 
 def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt_id, now) -> MergeCounts:
     received = con.execute("SELECT count(*) FROM stg.page_records").fetchone()[0]
+    if received > MERGE_SLICE_ROWS and dialect(con) == EMBEDDED:
+        # Each thread's operators hold their own buffers: at the 128 MB limit a 1,000,000-record
+        # merge ran out of memory with two threads, not with one (bench --rss). A small window
+        # keeps them all: its lookup of the catalogue's keys is a scan that threads share.
+        # (An instance-wide setting: the catalogue's instance is this window's, or this process's.)
+        con.execute("SET threads = 1")
     quarantined, unparsed = con.execute(
         "SELECT count(*), count(*) FILTER (WHERE kind = 'parse') FROM stg.page_quarantine"
     ).fetchone()
