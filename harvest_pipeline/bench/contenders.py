@@ -229,7 +229,8 @@ def _apply_duckdb_what_if() -> dict | None:
         return settings
 
     def connect(database=":memory:", read_only=False, config=None, **kwargs):
-        return original(database, read_only=read_only, config={**settings, **(config or {})}, **kwargs)
+        # The what-if wins over the project's own settings (else it measures nothing).
+        return original(database, read_only=read_only, config={**(config or {}), **settings}, **kwargs)
 
     connect._bench_what_if = True
     duckdb.connect = connect

@@ -137,6 +137,7 @@ def build_big_source(db: Path, rows: int) -> None:
     """A catalogue whose source 'bench' holds `rows` records, inserted in SQL (fast), shaped like
     synthetic_page's rows: identifiers oai:bench.upsert:<10 digits>, version 0."""
     from harvest_pipeline.store import connect
+    from harvest_pipeline.store.columns import identifier_key_sql
 
     with connect(db) as con:
         con.execute("SET memory_limit = '2GB'")  # building only: one insert of millions of keys
@@ -149,7 +150,7 @@ def build_big_source(db: Path, rows: int) -> None:
                    '<oai_dc:dc xmlns:oai_dc="http://www.openarchives.org/OAI/2.0/oai_dc/"><dc:title>Synthetic record '
                    || i || ' version 0</dc:title><dc:description>' || {_sql_text(_XML_PAD)} || '</dc:description></oai_dc:dc>',
                    md5(id), 'oai_dc', 'Synthetic record ' || i || ' version 0', ['Bench, Anna'], {_sql_text(_XML_PAD)},
-                   '10.5072/bench.' || i, now(), now(), 'bench-base', md5_number_lower(id)
+                   '10.5072/bench.' || i, now(), now(), 'bench-base', {identifier_key_sql('id')}
             FROM (SELECT i, 'oai:bench.upsert:' || lpad(i::VARCHAR, 10, '0') AS id,
                          TIMESTAMP '2020-01-01' + to_seconds(i % 86400) AS ts FROM range(?) t(i))
             """,

@@ -416,7 +416,7 @@ class WindowHarvest:
             if isinstance(exc, duckdb.OutOfMemoryException):
                 exc = HarvestError(
                     f"DuckDB ran out of memory: {str(exc).splitlines()[0]}",
-                    hint="raise HARVEST_DUCKDB_MEMORY_LIMIT (default 1GB) and run the window again; "
+                    hint="raise HARVEST_DUCKDB_MEMORY_LIMIT (default 128MB) and run the window again; "
                     "nothing is lost, the staged pages are kept",
                 )
             if not isinstance(exc, stop.HarvestStopped):

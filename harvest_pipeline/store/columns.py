@@ -129,6 +129,19 @@ def create_records_sql() -> str:
     return f"CREATE TABLE records (\n{_definitions(first, extra=(key,))}\n);\n"
 
 
+def rebuild_records_without_key_sql(migration: int) -> str:
+    """`records` copied into a table without its PRIMARY KEY, as of `migration` (the columns added
+    up to it, NOT NULL kept), which then takes its name."""
+    columns = [c for c in RECORD_COLUMNS if c.added_in <= migration]
+    names = ", ".join(c.name for c in columns)
+    return (
+        f"CREATE TABLE records_rebuilt (\n{_definitions(columns)}\n);\n"
+        f"INSERT INTO records_rebuilt ({names}) SELECT {names} FROM records;\n"
+        "DROP TABLE records;\n"
+        "ALTER TABLE records_rebuilt RENAME TO records;\n"
+    )
+
+
 def add_record_columns_sql(migration: int) -> str:
     """ALTER TABLE statements for the columns a later migration adds (nullable, no default)."""
     return "".join(

@@ -7,12 +7,14 @@ every record 'unchanged' and rewrites nothing in `records`.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 import duckdb
 
+from harvest_pipeline.errors import HarvestError
 from harvest_pipeline.store.clock import utcnow
 from harvest_pipeline.store.backend import EMBEDDED, dialect
 from harvest_pipeline.store.columns import DROPPED_BY_TOMBSTONE, VALUE_COLUMNS, identifier_key_sql
@@ -57,6 +59,69 @@ def _fingerprint(values: dict[str, str]) -> str:
     return f"md5(concat_ws(chr(31), {parts}))"
 
 
+# Set: a small window's merge reads the stored identifiers instead of trusting their keys (the
+# way out of an identifier_key collision, which the merge reports).
+READ_IDENTIFIERS_ENV = "HARVEST_MERGE_READ_IDENTIFIERS"
+
+# Up to this many keys (or identifiers) are looked up as a list of constants (see `stored`).
+SMALL_LOOKUP = 2_000
+
+
+def _small_list(con, query: str) -> list | None:
+    """The query's single column, or None when it has more than SMALL_LOOKUP rows."""
+    rows = con.execute(f"{query} LIMIT {SMALL_LOOKUP + 1}").fetchall()
+    return None if len(rows) > SMALL_LOOKUP else [r[0] for r in rows]
+
+
+def _sql_list(values: list) -> str:
+    """A parenthesised SQL list of integer or text constants; (NULL) when empty (matches nothing)."""
+    if not values:
+        return "(NULL)"
+    return "(" + ", ".join(str(int(v)) if isinstance(v, int) else "'" + str(v).replace("'", "''") + "'" for v in values) + ")"
+
+
+def _read_same_versions(con, stored_fp: str, *, check_identifiers: bool) -> None:
+    """Fill `stored`'s content hash and fingerprint for the rows whose datestamp is the received
+    one's (or both deleted): only those can be 'unchanged' or 'restored'; for the others the
+    datestamps and deletion flags decide. With `check_identifiers` (rows found by key alone), the
+    rows read here and the rows a stale version leaves alone get their stored identifier checked;
+    the rows the merge rewrites are checked by the UPDATE itself."""
+    same = f"""
+        SELECT s.row_id FROM stored s
+        JOIN stg.page_records p ON p.identifier = s.identifier
+        JOIN latest l ON l.identifier = p.identifier AND l.pos = p.page_number::BIGINT * 1000000 + p.seq
+        WHERE s.datestamp IS NOT DISTINCT FROM p.datestamp OR (s.deleted AND p.deleted)
+           {'OR p.datestamp < s.datestamp' if check_identifiers else ''}
+    """
+    row_ids = _small_list(con, same)
+    if row_ids == []:
+        return
+    wanted = f"({same})" if row_ids is None else _sql_list(row_ids)
+    con.execute(
+        f"""
+        UPDATE stored SET content_hash = w.content_hash, fp = w.fp
+        FROM (SELECT r.rowid AS row_id, r.identifier, r.content_hash, {stored_fp} AS fp FROM records r
+              WHERE r.rowid IN {wanted}) w
+        WHERE w.row_id = stored.row_id
+        """
+    )
+    if check_identifiers:
+        _check_identifiers(con, f"SELECT count(*) FROM stored s JOIN records r ON r.rowid = s.row_id"
+                                f" WHERE r.rowid IN {wanted} AND r.identifier <> s.identifier")
+
+
+def _check_identifiers(con, mismatches_sql: str, expected: int | None = None) -> None:
+    """Fail the merge (nothing written) when a row found by its key holds another identifier."""
+    found = con.execute(mismatches_sql).fetchone()[0]
+    if (expected is None and found) or (expected is not None and found != expected):
+        raise HarvestError(
+            "two record identifiers of this source share an identifier_key (63 bits of their md5); "
+            "the merge found a stored row by key that holds another identifier",
+            hint=f"nothing was written; run the window again with {READ_IDENTIFIERS_ENV}=1 (the merge then reads "
+                 "the stored identifiers, slower on a large catalogue), and report it",
+        )
+
+
 def _sql_literal_path(path: Path) -> str:
     return "'" + str(path).replace("'", "''") + "'"
 
@@ -94,6 +159,12 @@ def merge_staging(
 
 def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt_id, now) -> MergeCounts:
     received = con.execute("SELECT count(*) FROM stg.page_records").fetchone()[0]
+    if received > MERGE_SLICE_ROWS and dialect(con) == EMBEDDED:
+        # Each thread's operators hold their own buffers: at the 128 MB limit a 1,000,000-record
+        # merge ran out of memory with two threads, not with one (bench --rss). A small window
+        # keeps them all: its lookup of the catalogue's keys is a scan that threads share.
+        # (An instance-wide setting: the catalogue's instance is this window's, or this process's.)
+        con.execute("SET threads = 1")
     quarantined, unparsed = con.execute(
         "SELECT count(*), count(*) FILTER (WHERE kind = 'parse') FROM stg.page_quarantine"
     ).fetchone()
@@ -139,26 +210,63 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     # DuckDB's own file has stable row ids within the transaction; a shared catalogue (PostgreSQL,
     # DuckLake) is matched by its key instead, which its own index serves.
     by_rowid = dialect(con) == EMBEDDED
+    # A small window's keys go into the statement as a list of constants: DuckDB then filters the
+    # key column inside its scan (about 10x cheaper than the semi-join a subquery gets, measured
+    # on 2,000,000 rows). A large window reads most row groups anyway: a join.
+    keys = _small_list(con, "SELECT DISTINCT identifier_key FROM latest")
+    window_keys = "(SELECT identifier_key FROM latest)" if keys is None else _sql_list(keys)
     found = (
-        "r.rowid IN (SELECT rowid FROM records WHERE source_id = ? AND identifier_key IN (SELECT identifier_key FROM latest))"
+        f"r.rowid IN (SELECT rowid FROM records WHERE source_id = ? AND identifier_key IN {window_keys})"
         if by_rowid else
-        "r.source_id = ? AND r.identifier_key IN (SELECT identifier_key FROM latest)"
+        f"r.source_id = ? AND r.identifier_key IN {window_keys}"
     )
-    con.execute(
-        f"""
-        CREATE OR REPLACE TEMP TABLE stored AS
-        SELECT {'r.rowid' if by_rowid else 'NULL::BIGINT'} AS row_id, r.identifier, r.datestamp, r.deleted,
-               r.content_hash, {stored_fp} AS fp
-        FROM records r
-        WHERE {found}
-        """,
-        [source_id],
-    )
+    # The embedded file reads the narrow columns first and the wide ones (for the fingerprint) only
+    # for the rows whose stored version may be the received one: a row fetched among millions costs
+    # its row group's compressed XML, so a window of new versions spread over the catalogue reads
+    # no XML at all. A small window does not even read the stored identifiers (strings, as costly
+    # as the rest of the lookup): a row is its key's, and the statements that use a row check its
+    # identifier (see `_check_identifiers`). A shared catalogue reads its rows by key.
+    by_key_only = by_rowid and keys is not None and not os.environ.get(READ_IDENTIFIERS_ENV)
+    if by_key_only:
+        con.execute(
+            f"""
+            CREATE OR REPLACE TEMP TABLE stored AS
+            SELECT f.row_id, l.identifier, f.datestamp, f.deleted, NULL::VARCHAR AS content_hash, NULL::VARCHAR AS fp
+            FROM (SELECT rowid AS row_id, identifier_key, datestamp, deleted FROM records
+                  WHERE source_id = ? AND identifier_key IN {window_keys}) f
+            JOIN latest l ON l.identifier_key = f.identifier_key
+            """,
+            [source_id],
+        )
+        # Two identifiers of the window, or two stored rows, with one key (63 bits of md5: about
+        # one chance in 10^7 for a source of 10 million records): read the identifiers after all.
+        by_key_only = not con.execute(
+            "SELECT count(*) FROM (SELECT identifier FROM stored GROUP BY identifier HAVING count(*) > 1)"
+        ).fetchone()[0]
+    if not by_key_only:
+        con.execute(
+            f"""
+            CREATE OR REPLACE TEMP TABLE stored AS
+            SELECT {'r.rowid' if by_rowid else 'NULL::BIGINT'} AS row_id, r.identifier, r.datestamp, r.deleted,
+                   {'NULL::VARCHAR' if by_rowid else 'r.content_hash'} AS content_hash,
+                   {'NULL::VARCHAR' if by_rowid else stored_fp} AS fp
+            FROM records r
+            WHERE {found}
+            """,
+            [source_id],
+        )
+    if by_rowid:
+        _read_same_versions(con, stored_fp, check_identifiers=by_key_only)
     # A received record with no row whose history shows it was stored before: its row was
     # deleted by hand. Its last stored version says whether the harvest restores that version,
     # and its first sighting stays its first_seen_at. Only identifiers without a row are looked up
     # (a window whose records all have rows filters the history down to nothing).
     storing = ", ".join(f"'{a}'" for a in _STORING_ACTIONS)
+    absent = _small_list(con, "SELECT l.identifier FROM latest l ANTI JOIN stored s ON s.identifier = l.identifier")
+    absent_identifiers = (
+        "(SELECT l.identifier FROM latest l ANTI JOIN stored s ON s.identifier = l.identifier)"
+        if absent is None else _sql_list(absent)
+    )
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE stored_before AS
@@ -169,7 +277,7 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
                min(h.received_at) AS first_seen_at
         FROM record_history h
         WHERE h.source_id = ? AND h.action IN ({storing})
-          AND h.identifier IN (SELECT l.identifier FROM latest l ANTI JOIN stored s ON s.identifier = l.identifier)
+          AND h.identifier IN {absent_identifiers}
         GROUP BY h.identifier
         """,
         [source_id],
@@ -209,46 +317,15 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     )
     # New rows are inserted and existing ones updated in place, in two statements: DuckDB's
     # INSERT .. ON CONFLICT DO UPDATE holds every conflicting row in memory, which a window
-    # revising 100,000 records of a large catalogue does not survive.
-    changed = """
-        FROM stg.page_records i
-        JOIN classified c ON c.identifier = i.identifier AND c.page_number = i.page_number AND c.seq = i.seq
-        WHERE c.action IN ('created', 'updated', 'deleted', 'revived', 'restored')
-    """
-    values = ", ".join(_stored_value(c, "i.") for c in VALUE_COLUMNS)
-    inserted = con.execute(
-        f"""
-        INSERT INTO records (source_id, identifier, {', '.join(VALUE_COLUMNS)},
-                             first_seen_at, written_at, written_by_run, window_start, window_end, identifier_key)
-        SELECT ?, i.identifier, {values}, coalesce(c.first_seen_at, ?), ?, ?, ?, ?, {identifier_key_sql('i.identifier')}
-        {changed} AND NOT c.existed
-        """,
-        [source_id, now, now, run_id, window_start, window_end],
-    ).fetchone()[0]
-    aliased = ", ".join(f"{_stored_value(c, 'i.')} AS {c}" for c in VALUE_COLUMNS)
-    assignments = ", ".join(f"{c} = u.{c}" for c in VALUE_COLUMNS)
-    # Matched by row id (found above, same transaction): no join against the whole table. A
-    # shared catalogue is matched by its key.
-    match = "records.rowid = u.row_id" if by_rowid else "records.source_id = ? AND records.identifier = u.identifier"
-    updated = con.execute(
-        f"""
-        UPDATE records SET {assignments},
-            written_at = ?, written_by_run = ?, window_start = ?, window_end = ?
-        FROM (SELECT c.row_id, i.identifier AS identifier, {aliased} {changed} AND c.existed) u
-        WHERE {match}
-        """,
-        [now, run_id, window_start, window_end] + ([] if by_rowid else [source_id]),
-    ).fetchone()[0]
-    con.execute(
-        """
-        INSERT INTO record_history
-        SELECT ?, i.identifier, i.datestamp, i.deleted, i.content_hash, c.action, ?, ?, ?, ?, i.page_number,
-               CASE WHEN c.action IN ('created', 'updated', 'revived', 'restored') THEN i.metadata_xml END, ?
-        FROM stg.page_records i
-        JOIN classified c ON c.identifier = i.identifier AND c.page_number = i.page_number AND c.seq = i.seq
-        """,
-        [source_id, window_start, window_end, run_id, attempt_id, now],
-    )
+    # revising 100,000 records of a large catalogue does not survive. A large window is written in
+    # slices of pages (same transaction): each statement's join then holds one slice, not the window.
+    inserted = updated = 0
+    for first_page, last_page in _page_slices(con):
+        n_inserted, n_updated = _write_slice(
+            con, first_page, last_page, source_id=source_id, window_start=window_start, window_end=window_end,
+            run_id=run_id, attempt_id=attempt_id, now=now, by_rowid=by_rowid,
+        )
+        inserted, updated = inserted + n_inserted, updated + n_updated
     by_action = dict(con.execute("SELECT action, count(*) FROM classified GROUP BY action").fetchall())
     # "Stored": received versions the catalogue now holds (or holds a newer version of): the rows
     # the two statements above wrote (their own row counts), plus the versions found already
@@ -267,3 +344,83 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
         quarantined_unparsed=int(unparsed),
         **{a: int(by_action.get(a, 0)) for a in _ACTIONS},
     )
+
+
+# Rows written per statement of a large window's merge: the join of one slice (its staged rows
+# and their classification) is what the statement holds in memory.
+MERGE_SLICE_ROWS = 20_000
+
+
+def _page_slices(con) -> list[tuple[int, int]]:
+    """Consecutive page ranges of the staged window, each at most MERGE_SLICE_ROWS rows (a page
+    larger than that is a slice of its own); one range for a window smaller than a slice."""
+    slices: list[tuple[int, int]] = []
+    first = last = None
+    rows = 0
+    for page, n in con.execute("SELECT page_number, count(*) FROM stg.page_records GROUP BY 1 ORDER BY 1").fetchall():
+        if first is not None and rows + n > MERGE_SLICE_ROWS:
+            slices.append((first, last))
+            first, rows = None, 0
+        first = page if first is None else first
+        last, rows = page, rows + n
+    if first is not None:
+        slices.append((first, last))
+    return slices
+
+
+def _write_slice(con, first_page, last_page, *, source_id, window_start, window_end, run_id, attempt_id, now,
+                 by_rowid) -> tuple[int, int]:
+    """Insert, update and record the history of the classified rows staged on these pages."""
+    pages = (f"i.page_number BETWEEN {int(first_page)} AND {int(last_page)}"
+             f" AND c.page_number BETWEEN {int(first_page)} AND {int(last_page)}")
+    changed = f"""
+        FROM stg.page_records i
+        JOIN classified c ON c.identifier = i.identifier AND c.page_number = i.page_number AND c.seq = i.seq
+        WHERE {pages} AND c.action IN ('created', 'updated', 'deleted', 'revived', 'restored')
+    """
+    values = ", ".join(_stored_value(c, "i.") for c in VALUE_COLUMNS)
+    inserted = con.execute(
+        f"""
+        INSERT INTO records (source_id, identifier, {', '.join(VALUE_COLUMNS)},
+                             first_seen_at, written_at, written_by_run, window_start, window_end, identifier_key)
+        SELECT ?, i.identifier, {values}, coalesce(c.first_seen_at, ?), ?, ?, ?, ?, {identifier_key_sql('i.identifier')}
+        {changed} AND NOT c.existed
+        """,
+        [source_id, now, now, run_id, window_start, window_end],
+    ).fetchone()[0]
+    aliased = ", ".join(f"{_stored_value(c, 'i.')} AS {c}" for c in VALUE_COLUMNS)
+    assignments = ", ".join(f"{c} = u.{c}" for c in VALUE_COLUMNS)
+    # Matched by row id (found above, same transaction): no join against the whole table. A
+    # shared catalogue is matched by its key.
+    # By row id, the identifier checked (a row found by key alone may, once in 10^7 sources, be
+    # another identifier's).
+    match = ("records.rowid = u.row_id AND records.identifier = u.identifier" if by_rowid
+             else "records.source_id = ? AND records.identifier = u.identifier")
+    updated = con.execute(
+        f"""
+        UPDATE records SET {assignments},
+            written_at = ?, written_by_run = ?, window_start = ?, window_end = ?
+        FROM (SELECT c.row_id, i.identifier AS identifier, {aliased} {changed} AND c.existed) u
+        WHERE {match}
+        """,
+        [now, run_id, window_start, window_end] + ([] if by_rowid else [source_id]),
+    ).fetchone()[0]
+    if by_rowid:
+        _check_identifiers(
+            con,
+            f"SELECT count(*) FROM classified c WHERE c.page_number BETWEEN {int(first_page)} AND {int(last_page)}"
+            " AND c.existed AND c.action IN ('created', 'updated', 'deleted', 'revived', 'restored')",
+            expected=int(updated),
+        )
+    con.execute(
+        f"""
+        INSERT INTO record_history
+        SELECT ?, i.identifier, i.datestamp, i.deleted, i.content_hash, c.action, ?, ?, ?, ?, i.page_number,
+               CASE WHEN c.action IN ('created', 'updated', 'revived', 'restored') THEN i.metadata_xml END, ?
+        FROM stg.page_records i
+        JOIN classified c ON c.identifier = i.identifier AND c.page_number = i.page_number AND c.seq = i.seq
+        WHERE {pages}
+        """,
+        [source_id, window_start, window_end, run_id, attempt_id, now],
+    )
+    return int(inserted), int(updated)

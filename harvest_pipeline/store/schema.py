@@ -15,9 +15,11 @@ import duckdb
 
 from harvest_pipeline.store.backend import EMBEDDED, ddl_for, dialect
 from harvest_pipeline.store.clock import utcnow
-from harvest_pipeline.store.columns import add_record_columns_sql, create_records_sql, identifier_key_sql
+from harvest_pipeline.store.columns import (
+    add_record_columns_sql, create_records_sql, identifier_key_sql, rebuild_records_without_key_sql,
+)
 
-MIGRATIONS: list[tuple[int, str]] = [
+MIGRATIONS: list[tuple[int, str | dict[str, str]]] = [
     (
         1,
         create_records_sql()
@@ -197,6 +199,17 @@ MIGRATIONS: list[tuple[int, str]] = [
         );
         """,
     ),
+    (
+        6,
+        # The embedded file's `records` loses its PRIMARY KEY (source_id, identifier). DuckDB keeps
+        # that key's ART index in memory, loaded as merges touch it: it grew with the catalogue
+        # (a 150-record update of a 2,000,000-record source needed more than 128 MB to commit).
+        # The merge alone writes `records`, one transaction at a time per file (DuckDB's file
+        # lock), and inserts only identifiers it found without a row: the key holds without the
+        # index. PostgreSQL keeps its key (concurrent writers; its index lives on disk); DuckLake
+        # never had one.
+        {EMBEDDED: rebuild_records_without_key_sql(6)},
+    ),
 ]
 
 
@@ -230,9 +243,12 @@ def _ensure_schema(con: duckdb.DuckDBPyConnection) -> int:
     for number, sql in MIGRATIONS:
         if number in have:
             continue
+        if isinstance(sql, dict):
+            sql = sql.get(kind, "")  # a migration for some backends only: the others just record it
         con.execute("BEGIN TRANSACTION")
         try:
-            con.execute(ddl_for(kind, sql))
+            if sql.strip():
+                con.execute(ddl_for(kind, sql))
             con.execute("INSERT INTO schema_migrations VALUES (?, ?)", [number, utcnow()])
             con.execute("COMMIT")
         except Exception:

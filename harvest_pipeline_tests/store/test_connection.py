@@ -70,3 +70,47 @@ def test_catalog_sensor_ticks_while_another_sensor_holds_the_catalogue_for_writi
         result = sensor(dg.build_sensor_context(instance=instance))
     assert isinstance(result, dg.SensorResult), result
     assert len(result.run_requests) == 1
+
+
+def test_the_catalogue_and_staging_files_are_written_in_small_row_groups(tmp_path):
+    """A checkpoint holds about one row group in memory: both files are opened with 16,384 rows
+    per row group (an option of the open, not of the file), not DuckDB's 122,880."""
+    from harvest_pipeline.store.connection import CATALOGUE_ROW_GROUP_SIZE
+    from harvest_pipeline.store.staging import STAGING_ROW_GROUP_SIZE, StagingWindow
+
+    db = tmp_path / "harvest.duckdb"
+    with connect(db) as con:
+        con.execute("CREATE TABLE wide AS SELECT range AS i, repeat('x', 100) AS xml FROM range(50000)")
+        con.execute("CHECKPOINT")
+        groups = con.execute("SELECT max(count) FROM pragma_storage_info('wide')").fetchone()[0]
+    assert groups <= CATALOGUE_ROW_GROUP_SIZE == 16_384
+    staging = StagingWindow(tmp_path / "staging" / "w.duckdb")
+    try:
+        staging.con.execute("CREATE TABLE wide AS SELECT range AS i FROM range(50000)")
+        staging.con.execute("CHECKPOINT")
+        assert staging.con.execute("SELECT max(count) FROM pragma_storage_info('wide')").fetchone()[0] <= STAGING_ROW_GROUP_SIZE
+    finally:
+        staging.release()
+
+
+def test_connections_of_one_process_share_the_catalogue_and_the_last_close_frees_the_file(tmp_path):
+    import subprocess
+    import sys
+
+    db = tmp_path / "harvest.duckdb"
+    probe = ("import duckdb, sys\n"
+             "try:\n    duckdb.connect(sys.argv[1]).close(); print('opened')\n"
+             "except duckdb.Error as exc:\n    print('locked', exc)\n")
+
+    def other_process_opens() -> bool:
+        out = subprocess.run([sys.executable, "-c", probe, str(db)], capture_output=True, text=True, timeout=60).stdout
+        return out.startswith("opened")
+
+    with connect(db) as first:
+        first.execute("CREATE TABLE t AS SELECT 1 AS x")
+        with connect(db) as second, connect(db, read_only=True) as reader:
+            second.execute("INSERT INTO t VALUES (2)")
+            assert reader.execute("SELECT sum(x) FROM t").fetchone()[0] == 3
+        assert first.execute("SELECT count(*) FROM t").fetchone()[0] == 2
+        assert not other_process_opens()
+    assert other_process_opens()

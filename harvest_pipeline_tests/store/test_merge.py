@@ -198,3 +198,106 @@ def test_migration_4_gives_rows_stored_before_it_their_key(tmp_path):
     rows = con.execute(f"SELECT identifier, identifier_key = {identifier_key_sql('identifier')} FROM records ORDER BY 1").fetchall()
     assert rows == [("old-1", True), ("old-2", True)]
     con.close()
+
+
+def test_migration_6_drops_the_records_key_and_keeps_every_row(tmp_path):
+    """An embedded catalogue at version 5 is rebuilt in place: same rows and columns, NOT NULL
+    kept, no PRIMARY KEY (its in-memory index grew with the catalogue); merges go on as before."""
+    import duckdb
+
+    from harvest_pipeline.store.schema import MIGRATIONS, ensure_schema
+
+    path = tmp_path / "cat.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at TIMESTAMP NOT NULL)")
+    for number, sql in MIGRATIONS[:5]:
+        con.execute(sql)
+        con.execute("INSERT INTO schema_migrations VALUES (?, now())", [number])
+    con.execute(
+        f"INSERT INTO records (source_id, identifier, title, deleted, first_seen_at, written_at, identifier_key)"
+        f" SELECT 'src', 'old-' || i, 'title ' || i, i % 2 = 0, now(), now(), {identifier_key_sql(chr(39) + 'old-' + chr(39) + ' || i')}"
+        f" FROM range(3) t(i)"
+    )
+    columns_before = con.execute("SELECT column_name, data_type, is_nullable FROM information_schema.columns"
+                                 " WHERE table_name = 'records' ORDER BY ordinal_position").fetchall()
+    rows_before = con.execute("SELECT * FROM records ORDER BY identifier").fetchall()
+    assert con.execute("SELECT count(*) FROM duckdb_constraints() WHERE table_name = 'records'"
+                       " AND constraint_type = 'PRIMARY KEY'").fetchone()[0] == 1
+    assert ensure_schema(con) >= 6
+    assert con.execute("SELECT column_name, data_type, is_nullable FROM information_schema.columns"
+                       " WHERE table_name = 'records' ORDER BY ordinal_position").fetchall() == columns_before
+    assert con.execute("SELECT * FROM records ORDER BY identifier").fetchall() == rows_before
+    assert con.execute("SELECT count(*) FROM duckdb_constraints() WHERE table_name = 'records'"
+                       " AND constraint_type = 'PRIMARY KEY'").fetchone()[0] == 0
+    with pytest.raises(duckdb.ConstraintException):
+        con.execute("INSERT INTO records (source_id, identifier, deleted, first_seen_at, written_at) VALUES ('src', NULL, false, now(), now())")
+    con.close()
+    t = W0 + timedelta(hours=1)
+    counts, table = _merge(path, [("old-1", t, False, "<x>1</x>"), ("new", t, False, "<x>n</x>")])
+    counts, table = _merge(path, [("old-1", t, False, "<x>1</x>"), ("new", t, False, "<x>n</x>")], run="again")
+    assert (counts.created, counts.updated, counts.unchanged) == (0, 0, 2)
+    assert [row[1] for row in table] == ["new", "old-0", "old-1", "old-2"]
+
+
+def test_a_large_window_is_merged_in_slices_with_the_same_result(db, monkeypatch):
+    """Pages are written in slices of MERGE_SLICE_ROWS rows (one transaction): every record is
+    stored once, a record listed twice (on two slices) in its last version."""
+    from harvest_pipeline.store import merge as merge_module
+
+    monkeypatch.setattr(merge_module, "MERGE_SLICE_ROWS", 2)
+    t = W0 + timedelta(hours=1)
+    path = staging_path(db, "src", W0)
+    st = StagingWindow(path)
+    st.start_attempt("run", "k")
+    pages = [[("a", t, False, "<x>a</x>"), ("b", t, False, "<x>b</x>")],
+             [("c", t, False, "<x>c</x>"), ("a", t + timedelta(hours=1), False, "<x>a2</x>")],
+             [("d", t, True, None)]]
+    for number, recs in enumerate(pages, 1):
+        rows = _rows(*recs)
+        rows = rows.set_column(rows.schema.get_field_index("page_number"), "page_number", pa.array([number] * len(recs), pa.int32()))
+        st.write_page(rows, next_token=None if number == len(pages) else f"t{number}", complete_list_size=None,
+                      response_date=None, warnings=[])
+    st.close()
+    with connect(db) as con:
+        con.execute("BEGIN TRANSACTION")
+        counts = merge_staging(con, path, source_id="src", window_start=W0, window_end=W1, run_id="run", attempt_id="run")
+        slices = merge_module._page_slices(con)
+        con.execute("COMMIT")
+        stored = con.execute("SELECT identifier, metadata_xml, deleted FROM records ORDER BY 1").fetchall()
+        history = con.execute("SELECT count(*) FROM record_history").fetchone()[0]
+    assert slices == [(1, 1), (2, 2), (3, 3)]
+    assert (counts.received, counts.distinct_received, counts.created, counts.deleted, counts.stored) == (5, 4, 3, 1, 4)
+    assert stored == [("a", "<x>a2</x>", False), ("b", "<x>b</x>", False), ("c", "<x>c</x>", False), ("d", None, True)]
+    assert history == 4
+
+
+def test_records_whose_keys_collide_are_told_apart_or_the_merge_stops(db, monkeypatch):
+    """A small window finds its stored rows by identifier_key alone. Identifiers sharing a key
+    (forced here: every key is 42) inside the window make it read the stored identifiers; a
+    received record whose key is another stored record's fails the merge with nothing written,
+    and HARVEST_MERGE_READ_IDENTIFIERS=1 merges it."""
+    from harvest_pipeline.errors import HarvestError
+    from harvest_pipeline.store import merge as merge_module
+
+    monkeypatch.setattr(merge_module, "identifier_key_sql", lambda expr: f"(42 + 0 * length({expr}))::BIGINT")
+    t = W0 + timedelta(hours=1)
+    counts, _ = _merge(db, [("a", t, False, "<x>a</x>"), ("b", t, False, "<x>b</x>")], run="r1")
+    assert counts.created == 2
+    counts, table = _merge(db, [("a", t + timedelta(hours=1), False, "<x>a2</x>"), ("c", t, False, "<x>c</x>")], run="r2")
+    assert (counts.created, counts.updated) == (1, 1)
+    assert [(row[1], row[7]) for row in table] == [("a", "<x>a2</x>"), ("b", "<x>b</x>"), ("c", "<x>c</x>")]
+    counts, table = _merge(db, [("d", t, False, "<x>d</x>")], run="r3")  # three stored rows with its key
+    assert counts.created == 1
+    assert [row[1] for row in table] == ["a", "b", "c", "d"]
+    one = db.with_name("one.duckdb")  # one stored row with the received record's key: not told apart
+    _merge(one, [("a", t, False, "<x>a</x>")], run="r1")
+    for version in (t + timedelta(hours=2), t, t - timedelta(hours=1)):  # updated, same version, stale
+        with pytest.raises(HarvestError, match="share an identifier_key"):
+            _merge(one, [("d", version, False, "<x>d</x>")], run="r2")
+        with connect(one) as con:
+            assert con.execute("SELECT identifier, metadata_xml FROM records").fetchall() == [("a", "<x>a</x>")]
+            assert con.execute("SELECT count(*) FROM record_history WHERE run_id = 'r2'").fetchone()[0] == 0
+    monkeypatch.setenv(merge_module.READ_IDENTIFIERS_ENV, "1")
+    counts, table = _merge(one, [("d", t, False, "<x>d</x>")], run="r3")
+    assert counts.created == 1
+    assert [row[1] for row in table] == ["a", "d"]
