@@ -16,7 +16,7 @@ from dagster_duckdb import DuckDBResource
 
 from harvest_pipeline.store import default_db_path, ensure_schema
 from harvest_pipeline.store.backend import CatalogueSettings, catalogue_settings, open_shared
-from harvest_pipeline.store.connection import connection_config, open_with_retry
+from harvest_pipeline.store.connection import close_catalogue, connection_config, open_catalogue
 from harvest_pipeline.store.session import process_session
 
 _ENV = {"catalogue": "HARVEST_CATALOGUE", "pg_dsn": "HARVEST_CATALOGUE_PG_DSN", "ducklake_data_path": "HARVEST_DUCKLAKE_DATA_PATH"}
@@ -43,11 +43,11 @@ class CatalogueResource(DuckDBResource):
             # Our own wait for DuckDB's file lock (polls every 20-250 ms, up to 120 s) rather than
             # dagster-duckdb's exponential backoff, whose later retries sleep tens of seconds:
             # with several run processes merging in turn, those sleeps, not the merges, set the pace.
-            con = open_with_retry(self.database, settings=dict(self.connection_config))
+            con = open_catalogue(self.database)  # shared within the process, small row groups
             try:
                 yield con
             finally:
-                con.close()
+                close_catalogue(self.database, con)
             return
         con = open_shared(settings, self.connection_config)
         try:

@@ -45,6 +45,7 @@ class ConnectionReuse:
         self._generation = 0  # which open an idle timer was started for
         self._timer: threading.Timer | None = None
         self._shared: bool | None = None  # a shared catalogue: never reused
+        self._database = "main"  # the default database of the open connection
         self.opens = 0  # how often the file was opened (tests and the benchmark read it)
 
     @contextmanager
@@ -60,6 +61,9 @@ class ConnectionReuse:
                 return
             cursor = base.cursor()
             try:
+                # A cursor starts in the instance's default database; the embedded catalogue may be
+                # a file attached to an in-memory instance (store/connection.py): use the same one.
+                cursor.execute(f"USE {self._database}")
                 yield cursor
             finally:
                 cursor.close()
@@ -83,6 +87,7 @@ class ConnectionReuse:
                     manager.__exit__(None, None, None)
                     raise
                 self._shared = database == ATTACHED_AS
+                self._database = database
                 self._opened = (manager, con, time.monotonic())
                 self._generation += 1
                 self.opens += 1

@@ -24,7 +24,7 @@ from typing import Iterator
 
 import duckdb
 
-from harvest_pipeline.store.connection import open_with_retry
+from harvest_pipeline.store.connection import close_catalogue, open_catalogue
 
 LINGER_SECONDS = 0.5
 MAX_HOLD_SECONDS = 3.0
@@ -47,7 +47,9 @@ class CatalogueSession:
                 self._close()
                 time.sleep(YIELD_SECONDS)  # the file is free: another process's waiting open gets in
             if self._con is None:
-                self._con = open_with_retry(self.path, settings=self.settings)
+                # The process's shared open of the file (small row groups, store/connection.py),
+                # so a `store.connect()` elsewhere in the process uses the same instance.
+                self._con = open_catalogue(self.path)
                 try:
                     if self.on_open is not None:
                         self.on_open(self._con)
@@ -71,7 +73,7 @@ class CatalogueSession:
     def _close(self) -> None:
         if self._con is not None:
             try:
-                self._con.close()
+                close_catalogue(self.path, self._con)
             finally:
                 self._con = None
                 self._closed_at = time.monotonic()
