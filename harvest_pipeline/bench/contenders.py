@@ -12,6 +12,7 @@ API moved fails alone, as an ERROR row, while the others still run.
 | sickle      | Sickle(url, iterator=OAIItemIterator).ListRecords(...), every record iterated |
 | scythe      | oaipmh-scythe Scythe(url).list_records(...), every record iterated |
 | client      | our OAIClient.list_records_pages(read_ahead=True) over the window, each record touched |
+| client-plain | the same without read-ahead: one request per page consumed, as probes use it |
 | harvest     | our harvest_window(): token loop -> staging file -> merge, fresh DuckDB per run |
 | dagster     | the same through build_definitions([source]) + execute_in_process(partition_key=...) |
 | page-rows   | our client + page_rows per page, no staging (only the --big-page section runs it) |
@@ -166,12 +167,12 @@ def _client_prepare(spec, workdir):
     return spec, OAIClient(spec.url)
 
 
-def _client_run(state, probe) -> dict:
+def _client_run(state, probe, read_ahead: bool = True) -> dict:
     spec, client = state
     records = pages = deleted = chars = 0
     # read_ahead: the next request goes out as soon as a page's token is parsed (see list_records_pages).
     for page in client.list_records_pages(spec.metadata_prefix, from_=spec.from_param, until=spec.until_param,
-                                          set_=spec.set_spec, **_supported(client.list_records_pages, read_ahead=True)):
+                                          set_=spec.set_spec, **_supported(client.list_records_pages, read_ahead=read_ahead)):
         pages += 1
         for rec in page.records:
             records += 1
@@ -181,6 +182,10 @@ def _client_run(state, probe) -> dict:
             elif rec.metadata_xml is not None:
                 chars += len(rec.metadata_xml)
     return {"records": records, "pages": pages, "deleted": deleted}
+
+
+def _client_plain_run(state, probe) -> dict:
+    return _client_run(state, probe, read_ahead=False)
 
 
 def _client_cleanup(state):
@@ -406,6 +411,8 @@ CONTENDERS: dict[str, Contender] = {
         Contender("sickle", "Sickle, iterate records", _sickle_prepare, _sickle_run),
         Contender("scythe", "oaipmh-scythe, iterate records", _scythe_prepare, _scythe_run, _scythe_cleanup),
         Contender("client", "our OAIClient, pages + records", _client_prepare, _client_run, _client_cleanup),
+        Contender("client-plain", "our OAIClient without read-ahead", _client_prepare, _client_plain_run,
+                  _client_cleanup),
         Contender("harvest", "our harvest_window -> DuckDB", _harvest_prepare, _harvest_run),
         Contender("dagster", "harvest via Dagster materialization", _dagster_prepare, _dagster_run, _dagster_cleanup),
         Contender("page-rows", "our client + page_rows, no staging", _page_rows_prepare, _page_rows_run,
