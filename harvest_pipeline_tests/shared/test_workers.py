@@ -93,8 +93,12 @@ def test_two_workers_harvest_ten_sources_into_one_catalogue(demo, pg_server, sha
     assert proxy.max_in_flight == 1
     starts = sorted(proxy.starts)
     assert len(starts) >= 10 * len(DAYS)
-    # Stamped when the gate lets a request go; it reaches the proxy later, unevenly on a busy machine.
-    assert min(b - a for a, b in itertools.pairwise(starts)) >= INTERVAL - 0.1  # as the file-lock test
+    # Stamped when the gate lets a request go; it reaches the proxy later, unevenly on a busy machine
+    # (right after the full suite in CI one gap of 0.037 s was seen, between two requests the gate
+    # released 0.15 s apart). Without the gate nearly every gap would be short: allow one.
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    short = [round(g, 3) for g in gaps if g < INTERVAL - 0.1]
+    assert len(short) <= 1 and sum(gaps) / len(gaps) >= INTERVAL, (short, len(gaps))
 
     # Both workers' runs are in the one instance storage.
     import psycopg
