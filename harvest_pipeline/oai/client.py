@@ -295,31 +295,17 @@ class OAIClient:
             if not metadata_prefix:
                 raise ValueError(f"{verb} needs a metadata_prefix (or a resumption_token)")
             params = {"verb": verb, **original}
-        if read_ahead:
-            return self._traverse_reading_ahead(verb, parse, params, original)
-        return self._traverse(verb, parse, params, original)
+        return self._traverse(verb, parse, params, original, read_ahead=read_ahead)
 
-    def _traverse(self, verb, parse, params, original=None) -> Iterator[ListPage]:
-        guard = _LoopGuard(self.max_token_bytes)
-        page_number = 0
-        while True:
-            page_number += 1
-            page = self._fetch_page(verb, parse, params, original or {}, page_number)
-            yield page
-            token = page.next_token
-            if page.empty_list or token is None:
-                return
-            guard.check(params, token, [r.identifier for r in page.records], url=page.url)
-            params = {"verb": verb, "resumptionToken": token}
-
-    def _traverse_reading_ahead(self, verb, parse, params, original=None) -> Iterator[ListPage]:
-        """`_traverse`, with the next request sent as soon as a page's token is parsed."""
+    def _traverse(self, verb, parse, params, original=None, *, read_ahead: bool = False) -> Iterator[ListPage]:
+        """Pages until the list ends. `read_ahead`: the next request is sent as soon as a page's
+        token is parsed (when the loop guard cannot stop that token), before its records are read."""
         guard = _LoopGuard(self.max_token_bytes)
         original = original or {}
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="oai-read-ahead")
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="oai-read-ahead") if read_ahead else None
         ahead: dict = {}  # token -> Future of the _get of its page
 
-        def read_ahead(sent: Mapping[str, str], token: str) -> None:
+        def send_ahead(sent: Mapping[str, str], token: str) -> None:
             if guard.clearly_new(sent, token):
                 nxt = {"verb": verb, "resumptionToken": token}
                 if self.continuation_with_arguments and original:
@@ -332,8 +318,8 @@ class OAIClient:
             while True:
                 page_number += 1
                 sent = params
-                page = self._fetch_page(verb, parse, params, original, page_number, fetched=fetched,
-                                        on_token=lambda token: read_ahead(sent, token))
+                on_token = (lambda token: send_ahead(sent, token)) if read_ahead else None
+                page = self._fetch_page(verb, parse, params, original, page_number, fetched=fetched, on_token=on_token)
                 yield page
                 token = page.next_token
                 if page.empty_list or token is None:
@@ -345,7 +331,8 @@ class OAIClient:
                 fetched = future.result() if future is not None else None
         finally:
             _settle(ahead)  # no request outlives the traversal
-            pool.shutdown(wait=True)
+            if pool is not None:
+                pool.shutdown(wait=True)
 
     def _fetch_page(self, verb, parse, params, original, page_number, *, fetched=None, on_token=None) -> ListPage:
         """One request. A continuation carries only verb + token, as the protocol says; a server
