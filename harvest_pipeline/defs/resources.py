@@ -79,13 +79,7 @@ def catalogue_connector(resource: DuckDBResource):
                 yield con
 
         return connect_shared
-    session = process_session(resource.database, dict(resource.connection_config), on_open=ensure_schema)
-
-    def connect():
-        return session.connection()
-
-    connect.reuses_connection = True  # harvest/sequence.py then adds no reuse of its own
-    return connect
+    return process_session(resource.database).connection
 
 
 def catalogue_path(resource: DuckDBResource) -> Path:

@@ -22,7 +22,7 @@ Guarantees:
 - A crash after a window's list is complete and before its merge loses nothing: its staging file
   holds the closed cursor and the next run merges it without asking the server again.
 - The catalogue is opened once for the writes that come together (merge(N) with N+1's ledger
-  row) and closed between them (store/connection_reuse.py): other processes get the file between
+  row) and closed between them (store/session.py): other processes get the file between
   a run's merges.
 
 No Dagster here: the caller turns reports into events in `on_window_done`.
@@ -43,8 +43,7 @@ from harvest_pipeline.harvest.listers import Lister, lister_for
 from harvest_pipeline.harvest.split import harvest_partition, split_failed_window, split_reason
 from harvest_pipeline.harvest.window import Connect, Progress, Window, WindowHarvest, WindowReport
 from harvest_pipeline.sources import SourceConfig
-from harvest_pipeline.store import connect as store_connect
-from harvest_pipeline.store.connection_reuse import ConnectionReuse
+from harvest_pipeline.store.session import catalogue_connect, process_session
 from harvest_pipeline.store.window_parts import window_state
 
 log = logging.getLogger(__name__)
@@ -88,10 +87,9 @@ def harvest_windows(
     """
     run_id = run_id or uuid.uuid4().hex
     lister = lister or lister_for(source, state_dir=Path(db_path).parent / "hosts")
-    base = connect or (lambda: store_connect(db_path))
-    # A connect() that already keeps one connection open for the process (store/session.py, what a
-    # Dagster run uses) is used as it is; otherwise the writes that come together share one open.
-    catalogue = _AsIs(base) if getattr(base, "reuses_connection", False) else ConnectionReuse(base)
+    # Without a connect() of the caller's, the process's catalogue session (store/session.py):
+    # the writes that come together (merge(N), N+1's ledger row) share one open of the file.
+    catalogue = connect or catalogue_connect(db_path)
     merger = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"merge-{source.id}")
     pending: list[Future] = []
     callback_errors: list[BaseException] = []
@@ -166,7 +164,8 @@ def harvest_windows(
             pending.append(merger.submit(merged, harvest))
     finally:
         merger.shutdown(wait=True)
-        catalogue.close()
+        if connect is None:
+            process_session(db_path).close()  # the file is free for other processes at once
     outcomes = [future.result() for future in pending]
     if callback_errors:
         raise callback_errors[0]
@@ -185,16 +184,3 @@ def _outcome(window: Window, harvest, *args, **kw) -> WindowOutcome:
         return WindowOutcome(window, report=harvest(*args, **kw))
     except Exception as exc:  # noqa: BLE001 - recorded in the ledger; the next windows run
         return WindowOutcome(window, error=exc)
-
-
-class _AsIs:
-    """A connect() used as it is, with the close() of ConnectionReuse (there is nothing to close)."""
-
-    def __init__(self, connect):
-        self._connect = connect
-
-    def __call__(self):
-        return self._connect()
-
-    def close(self) -> None:
-        pass

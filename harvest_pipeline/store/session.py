@@ -1,7 +1,8 @@
 """One catalogue connection per process, kept open while the process is busy with it.
 
-A batch run harvests many sources in threads, and every window opens the catalogue a few times
-(its ledger row, its merge, its metadata). Opening the embedded DuckDB file costs tens of
+A run harvests windows (of one source, or of many sources in threads), and every window opens the
+catalogue a few times (its ledger row, its merge, its metadata), window N's merge close to window
+N+1's ledger row (harvest/sequence.py). Opening the embedded DuckDB file costs tens of
 milliseconds, and closing it checkpoints, which is more than a small window's merge. So the
 threads of a process share one connection, one at a time (DuckDB shares one database instance
 per file within a process anyway, attached staging files included):
@@ -25,6 +26,7 @@ from typing import Iterator
 import duckdb
 
 from harvest_pipeline.store.connection import close_catalogue, open_catalogue
+from harvest_pipeline.store.schema import ensure_schema
 
 LINGER_SECONDS = 0.5
 MAX_HOLD_SECONDS = 3.0
@@ -32,18 +34,21 @@ YIELD_SECONDS = 0.4
 
 
 class CatalogueSession:
-    def __init__(self, path: str | Path, settings: dict | None = None, *, on_open=None):
-        self.path, self.settings, self.on_open = Path(path), dict(settings or {}), on_open
+    def __init__(self, path: str | Path, *, linger_seconds: float = LINGER_SECONDS,
+                 max_hold_seconds: float = MAX_HOLD_SECONDS):
+        self.path = Path(path)
+        self.linger_seconds, self.max_hold_seconds = linger_seconds, max_hold_seconds
         self._lock = threading.RLock()
         self._con: duckdb.DuckDBPyConnection | None = None
-        self._opened_at = self._last_used = self._closed_at = 0.0
+        self._opened_at = self._last_used = 0.0
         self._closer: threading.Thread | None = None
+        self.opens = 0  # how often the file was opened (tests read it)
 
     @contextmanager
     def connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
         with self._lock:
             now = time.monotonic()
-            if self._con is not None and now - self._opened_at > MAX_HOLD_SECONDS:
+            if self._con is not None and now - self._opened_at > self.max_hold_seconds:
                 self._close()
                 time.sleep(YIELD_SECONDS)  # the file is free: another process's waiting open gets in
             if self._con is None:
@@ -51,12 +56,12 @@ class CatalogueSession:
                 # so a `store.connect()` elsewhere in the process uses the same instance.
                 self._con = open_catalogue(self.path)
                 try:
-                    if self.on_open is not None:
-                        self.on_open(self._con)
+                    ensure_schema(self._con)
                 except BaseException:
                     self._close()
                     raise
                 self._opened_at = time.monotonic()
+                self.opens += 1
                 self._start_closer()
             try:
                 yield self._con
@@ -76,7 +81,6 @@ class CatalogueSession:
                 close_catalogue(self.path, self._con)
             finally:
                 self._con = None
-                self._closed_at = time.monotonic()
 
     def _start_closer(self) -> None:
         if self._closer is not None and self._closer.is_alive():
@@ -86,31 +90,42 @@ class CatalogueSession:
 
     def _close_when_idle(self) -> None:
         while True:
-            time.sleep(LINGER_SECONDS / 2)
-            if not self._lock.acquire(timeout=LINGER_SECONDS):
+            time.sleep(self.linger_seconds / 2)
+            if not self._lock.acquire(timeout=self.linger_seconds):
                 continue  # in use
             try:
                 if self._con is None:
                     return
-                if time.monotonic() - self._last_used >= LINGER_SECONDS:
+                if time.monotonic() - self._last_used >= self.linger_seconds:
                     self._close()
                     return
             finally:
                 self._lock.release()
 
 
-_SESSIONS: dict[tuple, CatalogueSession] = {}
+_SESSIONS: dict[Path, CatalogueSession] = {}
 _SESSIONS_LOCK = threading.Lock()
 
 
-def process_session(path: str | Path, settings: dict | None = None, *, on_open=None) -> CatalogueSession:
-    """The process's session for the catalogue file at `path` (one per file and settings)."""
-    key = (str(Path(path).resolve()), tuple(sorted((settings or {}).items())))
+def process_session(path: str | Path) -> CatalogueSession:
+    """The process's session for the embedded catalogue file at `path`."""
+    key = Path(path).resolve()
     with _SESSIONS_LOCK:
         session = _SESSIONS.get(key)
         if session is None:
-            session = _SESSIONS[key] = CatalogueSession(path, settings, on_open=on_open)
+            session = _SESSIONS[key] = CatalogueSession(path)
         return session
+
+
+def catalogue_connect(path: str | Path):
+    """A `connect()` for the harvest core: the process's session for the embedded file, or a
+    connection of its own each time for a shared catalogue (PostgreSQL takes many writers)."""
+    from harvest_pipeline.store.backend import catalogue_settings
+    from harvest_pipeline.store.connection import connect
+
+    if catalogue_settings().shared:
+        return lambda: connect(path)
+    return process_session(path).connection
 
 
 def close_all() -> None:

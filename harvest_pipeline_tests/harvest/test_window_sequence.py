@@ -20,7 +20,7 @@ from harvest_pipeline.harvest import Window, harvest_partition, harvest_windows,
 from harvest_pipeline.harvest.oai_lister import OaiLister
 from harvest_pipeline.sources.registry import HttpSettings
 from harvest_pipeline.store import connect, ledger
-from harvest_pipeline.store.connection_reuse import ConnectionReuse
+from harvest_pipeline.store.session import CatalogueSession
 from harvest_pipeline.store.staging import open_staging_files
 from harvest_pipeline.store.window_parts import window_state
 from harvest_pipeline.demo.process import start_demo_provider
@@ -238,14 +238,14 @@ def test_windows_that_split_inside_a_sequence_verify_with_the_providers_records(
     assert content(db_path) == content(clean)
 
 
-def test_connection_reuse_opens_once_for_writes_close_together_and_closes_when_idle(tmp_path):
+def test_the_catalogue_session_opens_once_for_writes_close_together_and_closes_when_idle(tmp_path):
     db = tmp_path / "h.duckdb"
-    reuse = ConnectionReuse(lambda: connect(db), idle_seconds=0.2, max_hold_seconds=5)
-    with reuse() as a:
-        with reuse() as b:  # another user while the first holds it: the same open, its own cursor
+    reuse = CatalogueSession(db, linger_seconds=0.2, max_hold_seconds=5)
+    with reuse.connection() as a:
+        with reuse.connection() as b:  # the same thread again while it holds it: the same open
             b.execute("CREATE TABLE t (x INTEGER)")
         a.execute("INSERT INTO t VALUES (1)")
-    with reuse() as c:
+    with reuse.connection() as c:
         assert c.execute("SELECT count(*) FROM t").fetchone()[0] == 1
     assert reuse.opens == 1
     # Idle: closed, so another process can open the file.
@@ -253,7 +253,7 @@ def test_connection_reuse_opens_once_for_writes_close_together_and_closes_when_i
     deadline.wait(0.6)
     code = "import duckdb, sys; duckdb.connect(sys.argv[1]).execute('SELECT count(*) FROM t').fetchone()"
     assert subprocess.run([sys.executable, "-c", code, str(db)], timeout=60).returncode == 0
-    with reuse() as d:
+    with reuse.connection() as d:
         d.execute("SELECT 1")
     assert reuse.opens == 2
     reuse.close()
