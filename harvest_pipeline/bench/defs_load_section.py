@@ -25,7 +25,10 @@ from harvest_pipeline.bench.report import n2, table
 from harvest_pipeline.bench.spec import child_env
 
 
-class _Counter:
+class CountingListener:
+    """A listening socket on 127.0.0.1 that counts the connections it accepts (and answers none:
+    a server that would hang whatever asked it). The definitions tests use it too."""
+
     def __init__(self):
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
@@ -35,6 +38,10 @@ class _Counter:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
+
+    @property
+    def port(self) -> int:
+        return self.sock.getsockname()[1]
 
     def _loop(self):
         while not self._stop.is_set():
@@ -89,9 +96,9 @@ def _timed(code: str, env: dict, cwd: Path) -> float:
 def run(args, workdir: Path, *, log=print) -> dict:
     n, runs = args.defs_sources, args.defs_runs
     workdir.mkdir(parents=True, exist_ok=True)
-    counter = _Counter()
+    counter = CountingListener()
     try:
-        sources = _write_sources(workdir, n, counter.sock.getsockname()[1])
+        sources = _write_sources(workdir, n, counter.port)
         env = child_env({"HARVEST_SOURCES_FILE": sources, "HARVEST_DUCKDB_PATH": workdir / "data" / "harvest.duckdb"})
         code = "import harvest_pipeline.definitions as d; assert len(d.defs.resolve_all_asset_keys()) > 0"
         log(f"defs-load: {n} sources, {runs} load(s) each way, interleaved")

@@ -17,6 +17,7 @@ from dagster_duckdb import DuckDBResource
 
 from harvest_pipeline.defs.assets import asset_key_for
 from harvest_pipeline.defs.batch import BATCH_JOB
+from harvest_pipeline.defs.sensors import IN_FLIGHT
 from harvest_pipeline.defs.reconcile import reconcile_key
 from harvest_pipeline.defs.resources import catalogue_connector, catalogue_path
 from harvest_pipeline.errors import HarvestError
@@ -34,8 +35,6 @@ CATALOG_KEY = dg.AssetKey(["catalog"])
 CATALOG_JOB = "catalog_refresh_job"
 CATALOG_SENSOR = "catalog_refresh"
 REFRESH_WHILE_HARVESTING_SECONDS = 600
-IN_FLIGHT_STATUSES = (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED,
-                      dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED)
 LATEST_PER_SOURCE = 5
 LATEST_SCHEMA = dg.TableSchema(
     columns=[
@@ -124,7 +123,7 @@ def build_catalog_sensor(job) -> dg.SensorDefinition:
     def catalog_refresh(context: dg.SensorEvaluationContext):
         last_fingerprint, last_at = _catalog_cursor(context.cursor)
         busy = context.instance.get_runs(
-            filters=dg.RunsFilter(job_name=BATCH_JOB, statuses=list(IN_FLIGHT_STATUSES)), limit=1)
+            filters=dg.RunsFilter(job_name=BATCH_JOB, statuses=IN_FLIGHT), limit=1)
         if busy and time.time() - last_at < REFRESH_WHILE_HARVESTING_SECONDS:
             # A refresh takes the catalogue's lock for a while and a run process of its own: while
             # windows are being harvested it waits, at most REFRESH_WHILE_HARVESTING_SECONDS.

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import threading
 from dataclasses import asdict
 from pathlib import Path
 
@@ -27,42 +25,11 @@ from harvest_pipeline.harvest.server_facts import (
     shapes_definitions,
 )
 from harvest_pipeline.sources import SourceConfig
+from harvest_pipeline.bench.defs_load_section import CountingListener
 from harvest_pipeline_tests.conftest import demo_options, today, demo_source
 
 pytestmark = pytest.mark.integration
 ASSET = dg.AssetKey(["harvest", "demo"])
-
-
-class CountingListener:
-    """A listening socket that counts the connections it accepts (and answers none of them)."""
-
-    def __init__(self):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(50)
-        self.sock.settimeout(0.2)
-        self.accepted = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    @property
-    def port(self) -> int:
-        return self.sock.getsockname()[1]
-
-    def _run(self):
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                continue
-            self.accepted += 1
-            conn.close()
-
-    def close(self):
-        self._stop.set()
-        self._thread.join()
-        self.sock.close()
 
 
 def test_loading_the_definitions_twice_opens_no_connection(tmp_path):

@@ -22,7 +22,7 @@ from harvest_pipeline.store import connect, ledger
 from harvest_pipeline_tests.conftest import today, day_window
 from harvest_pipeline_tests.csw.canned import PYCSW_CAPS, dc_record, results
 from harvest_pipeline_tests.http.hostile import RawServer, response_head
-from harvest_pipeline_tests.oai.canned import envelope, header, list_identifiers, record, token
+from harvest_pipeline_tests.oai.canned import envelope, header, record, token
 from harvest_pipeline_tests.oai.test_parse import identify_xml
 
 pytestmark = pytest.mark.integration
