@@ -29,7 +29,7 @@ from pathlib import Path
 from harvest_pipeline.bench.measure import Stats
 from harvest_pipeline.bench.report import n1, n2, table
 from harvest_pipeline.bench.run_one import RESULT_PREFIX
-from harvest_pipeline.bench.spec import BenchSpec, bench_provider, child_env
+from harvest_pipeline.bench.spec import BenchSpec, bench_provider, child_env, open_instance
 
 TARGET_SECONDS = 300.0
 _WINDOW_LINE = re.compile(r"^\[\d+/\d+\] ")
@@ -70,7 +70,7 @@ def dagster_records(home: Path, source_id: str) -> dict:
     from harvest_pipeline.defs.checks import CHECK_DESCRIPTIONS
 
     key = dg.AssetKey(["harvest", source_id])
-    with dg.DagsterInstance.from_config(str(home)) as instance:
+    with open_instance(home) as instance:
         mats = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), limit=10_000).records
         checked = None
         for name in CHECK_DESCRIPTIONS:

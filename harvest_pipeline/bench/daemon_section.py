@@ -27,7 +27,7 @@ from pathlib import Path
 from harvest_pipeline.bench.backfill_section import ledger_totals
 from harvest_pipeline.defs.batch import BATCH_JOB, batch_windows
 from harvest_pipeline.bench.report import n1, table
-from harvest_pipeline.bench.spec import bench_provider, child_env
+from harvest_pipeline.bench.spec import bench_provider, child_env, open_instance
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS_PER_DAY = 30
@@ -38,7 +38,7 @@ def _progress(home: Path, source_id: str) -> tuple[int, int, list]:
     """(partitions materialized, runs in flight, runs) read from the instance (SQLite: no lock on the harvest)."""
     import dagster as dg
 
-    with dg.DagsterInstance.from_config(str(home)) as instance:
+    with open_instance(home) as instance:
         records = instance.fetch_materializations(
             dg.AssetRecordsFilter(asset_key=dg.AssetKey(["harvest", source_id])), limit=10_000).records
         runs = instance.get_run_records(filters=dg.RunsFilter(job_name=BATCH_JOB))
@@ -55,7 +55,7 @@ def create_instance_storage(home: Path) -> None:
     them at once can stamp alembic_version twice (dagster-io/dagster#27390)."""
     import dagster as dg
 
-    with dg.DagsterInstance.from_config(str(home)) as instance:
+    with open_instance(home) as instance:
         instance.get_runs(limit=1)
         instance.event_log_storage.get_concurrency_keys()
         instance.schedule_storage.all_instigator_state()

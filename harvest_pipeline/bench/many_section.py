@@ -37,7 +37,7 @@ from pathlib import Path
 
 from harvest_pipeline.bench.daemon_section import _stop, create_instance_storage
 from harvest_pipeline.bench.report import n1, table
-from harvest_pipeline.bench.spec import child_env, default_day, midnight
+from harvest_pipeline.bench.spec import child_env, default_day, midnight, open_instance
 
 ROOT = Path(__file__).resolve().parents[2]
 FIRST_HOST = 2  # 127.0.0.1 stays free for everything else on the machine
@@ -219,7 +219,7 @@ def run_level(args, max_runs: str, urls: list[str], first_day: str, farm, folder
         sampler = _Sampler(proc.pid, farm.pid, baseline)
         sampler.start()
         try:
-            with dg.DagsterInstance.from_config(str(home)) as instance:
+            with open_instance(home) as instance:
                 deadline = t0 + args.many_timeout
                 last_log = t0
                 while time.time() < deadline:

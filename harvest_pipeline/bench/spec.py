@@ -164,3 +164,12 @@ def child_env(extra: dict | None = None) -> dict:
     if extra:
         env.update({k: str(v) for k, v in extra.items()})
     return env
+
+
+def open_instance(home: Path):
+    """The Dagster instance of a bench's scratch home. The project's dagster.yaml names its event log
+    folder by DAGSTER_HOME, so this process points DAGSTER_HOME there too."""
+    import dagster as dg
+
+    os.environ["DAGSTER_HOME"] = str(home)
+    return dg.DagsterInstance.from_config(str(home))

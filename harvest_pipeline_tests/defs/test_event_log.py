@@ -1,0 +1,103 @@
+"""The project's dagster.yaml event log: Dagster's SQLite files, pooled connections, synchronous=NORMAL."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from harvest_pipeline.defs import event_log
+from harvest_pipeline.defs.event_log import PooledSqliteEventLogStorage
+
+ROOT = Path(__file__).resolve().parents[2]
+PARTITIONS = dg.StaticPartitionsDefinition(["a", "b", "c"])
+
+
+@dg.asset(partitions_def=PARTITIONS, check_specs=[dg.AssetCheckSpec("complete", asset="window")])
+def window(context):
+    yield dg.MaterializeResult(metadata={"records": 3})
+    yield dg.AssetCheckResult(check_name="complete", passed=True)
+
+
+@pytest.fixture
+def project_home(tmp_path, monkeypatch):
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copyfile(ROOT / "dagster.yaml", home / "dagster.yaml")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    return home
+
+
+def _open_files_under(folder: Path) -> int:
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith(str(folder))
+        except OSError:
+            pass
+    return count
+
+
+def test_the_project_instance_writes_and_reads_events_with_pooled_connections(project_home):
+    with dg.DagsterInstance.get() as instance:
+        storage = instance.event_log_storage
+        assert isinstance(storage, PooledSqliteEventLogStorage)
+        for key in PARTITIONS.get_partition_keys():
+            assert dg.materialize([window], instance=instance, partition_key=key).success
+        # The connection Dagster writes with commits without an fsync per transaction.
+        with storage.index_connection() as conn:
+            assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL
+            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+    # Dagster's own files, where its default storage keeps them: another instance reads them back.
+    assert (project_home / "history" / "runs" / "index.db").exists()
+    with dg.DagsterInstance.from_config(str(project_home)) as again:
+        mats = again.fetch_materializations(dg.AssetKey("window"), limit=10).records
+        assert sorted(m.partition_key for m in mats) == ["a", "b", "c"]
+        checks = again.event_log_storage.get_asset_check_execution_history(
+            dg.AssetCheckKey(dg.AssetKey("window"), "complete"), limit=10)
+        assert len(checks) == 3
+
+
+def test_history_written_by_dagsters_default_storage_stays_readable(tmp_path, monkeypatch):
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")  # Dagster's default storage
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    with dg.DagsterInstance.get() as before:
+        assert type(before.event_log_storage).__name__ == "SqliteEventLogStorage"
+        assert dg.materialize([window], instance=before, partition_key="a").success
+    shutil.copyfile(ROOT / "dagster.yaml", home / "dagster.yaml")  # an existing home upgraded
+    with dg.DagsterInstance.get() as after:
+        assert isinstance(after.event_log_storage, PooledSqliteEventLogStorage)
+        assert [m.partition_key for m in after.fetch_materializations(dg.AssetKey("window"), limit=5).records] == ["a"]
+        assert dg.materialize([window], instance=after, partition_key="b").success
+        keys = {m.partition_key for m in after.fetch_materializations(dg.AssetKey("window"), limit=5).records}
+        assert keys == {"a", "b"}
+
+
+def test_open_files_stay_bounded_however_many_runs_are_read(project_home, monkeypatch):
+    monkeypatch.setattr(event_log, "OPEN_SHARDS", 3)
+    runs_dir = project_home / "history" / "runs"
+    with dg.DagsterInstance.get() as instance:
+        run_ids = []
+        for _ in range(8):
+            result = dg.materialize([window], instance=instance, partition_key="a")
+            run_ids.append(result.run_id)
+        for run_id in run_ids:  # as the UI does, opening each run's page
+            assert instance.all_logs(run_id)
+        storage = instance.event_log_storage
+        assert len(storage._engines) <= 3
+        # Each kept engine holds at most its pool's connections (and their WAL/shm files).
+        assert _open_files_under(runs_dir) <= 3 * (event_log.POOL_SIZE + 8) * 3
+        instance.delete_run(run_ids[-1])
+        assert run_ids[-1] not in storage._engines
+    assert _open_files_under(runs_dir) == 0  # dispose closes every pooled connection
+
+
+def test_without_base_dir_or_dagster_home_the_error_says_what_to_set(monkeypatch):
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    with pytest.raises(dg.DagsterInvariantViolationError, match="DAGSTER_HOME"):
+        PooledSqliteEventLogStorage.from_config_value(None, {})
