@@ -121,22 +121,34 @@ def build_catalog_sensor(job) -> dg.SensorDefinition:
         description="Requests a catalog refresh (view, source_stats, Parquet exports) whenever the catalogue has changed.",
     )
     def catalog_refresh(context: dg.SensorEvaluationContext):
-        last_fingerprint, last_at = _catalog_cursor(context.cursor)
+        state = _catalog_cursor(context.cursor)
         busy = context.instance.get_runs(
             filters=dg.RunsFilter(job_name=BATCH_JOB, statuses=IN_FLIGHT), limit=1)
-        if busy and time.time() - last_at < REFRESH_WHILE_HARVESTING_SECONDS:
+        if busy:
             # A refresh takes the catalogue's lock for a while and a run process of its own: while
-            # windows are being harvested it waits, at most REFRESH_WHILE_HARVESTING_SECONDS.
-            return dg.SkipReason("windows are being harvested; the catalog view refreshes when they are done")
+            # windows are being harvested it waits, at most REFRESH_WHILE_HARVESTING_SECONDS from
+            # the tick that first found them (a fresh deployment's first catch-up included).
+            waiting_since = state.get("waiting_since") or time.time()
+            if time.time() - waiting_since < REFRESH_WHILE_HARVESTING_SECONDS:
+                return dg.SensorResult(
+                    skip_reason="windows are being harvested; the catalog view refreshes when they are done",
+                    cursor=json.dumps({**state, "waiting_since": waiting_since}))
+        def skip(reason: str):
+            if "waiting_since" not in state:
+                return dg.SkipReason(reason)
+            # Not waiting any more: the next harvest's wait starts afresh.
+            return dg.SensorResult(skip_reason=reason, cursor=json.dumps(
+                {k: v for k, v in state.items() if k != "waiting_since"}))
+
         try:
             with connect(read_only=True, wait_seconds=10) as con:
                 fingerprint = catalog_fingerprint(con)
         except HarvestError as exc:  # locked by a writer, or not created yet
-            return dg.SkipReason(f"will try next tick: {exc}")
+            return skip(f"will try next tick: {exc}")
         except duckdb_module.Error as exc:
-            return dg.SkipReason(f"catalogue not ready: {exc}")
-        if fingerprint == last_fingerprint:
-            return dg.SkipReason("the catalogue has not changed since the last refresh")
+            return skip(f"catalogue not ready: {exc}")
+        if fingerprint == state.get("fingerprint"):
+            return skip("the catalogue has not changed since the last refresh")
         return dg.SensorResult(
             run_requests=[dg.RunRequest(run_key=f"catalog:{fingerprint}")],
             cursor=json.dumps({"fingerprint": fingerprint, "at": time.time()}),
@@ -145,14 +157,13 @@ def build_catalog_sensor(job) -> dg.SensorDefinition:
     return catalog_refresh
 
 
-def _catalog_cursor(cursor: str | None) -> tuple[str | None, float]:
-    """(fingerprint of the last refresh, when it was requested); a bare fingerprint from before."""
+def _catalog_cursor(cursor: str | None) -> dict:
+    """{fingerprint of the last refresh, when it was requested, since when a refresh waits for
+    harvests}; a bare fingerprint from before is read as {fingerprint}."""
     if not cursor:
-        return None, 0.0
+        return {}
     try:
         state = json.loads(cursor)
     except ValueError:
-        return cursor, 0.0
-    if not isinstance(state, dict):
-        return cursor, 0.0
-    return state.get("fingerprint"), float(state.get("at") or 0.0)
+        return {"fingerprint": cursor}
+    return state if isinstance(state, dict) else {"fingerprint": cursor}

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import time
+
 import dagster as dg
 import duckdb
 import pytest
 
-from harvest_pipeline.defs.catalog import CATALOG_JOB, CATALOG_KEY, CATALOG_SENSOR
+from harvest_pipeline.defs.catalog import CATALOG_JOB, CATALOG_KEY, CATALOG_SENSOR, REFRESH_WHILE_HARVESTING_SECONDS
 from harvest_pipeline.defs.batch import BATCH_JOB, batch_run_config
 from harvest_pipeline.defs.factory import build_definitions, window_job
 from harvest_pipeline.defs.reconcile import reconcile_key
@@ -97,6 +100,16 @@ def test_sensor_refreshes_the_catalog_and_exports_whenever_the_catalogue_changes
             assert job.execute_in_process(instance=instance, tags=request.tags).success
 
         harvest(4)
+        # A fresh deployment's first refresh waits for the harvest in flight too (at most 10 minutes
+        # from the tick that first found it).
+        in_flight = instance.create_run_for_job(defs.resolve_job_def(BATCH_JOB),
+                                                run_config=batch_run_config({"demo": [day_window(6).key]}))
+        waiting = tick(None)
+        assert waiting.skip_reason and "being harvested" in waiting.skip_reason.skip_message
+        assert tick(waiting.cursor).skip_reason  # still within the 10 minutes
+        expired = json.dumps({**json.loads(waiting.cursor), "waiting_since": time.time() - REFRESH_WHILE_HARVESTING_SECONDS - 1})
+        assert tick(expired).run_requests  # ... then it refreshes anyway
+        instance.delete_run(in_flight.run_id)
         first = tick(None)
         [request] = first.run_requests
         run(request)
@@ -110,9 +123,9 @@ def test_sensor_refreshes_the_catalog_and_exports_whenever_the_catalogue_changes
         queued = instance.create_run_for_job(defs.resolve_job_def(BATCH_JOB),
                                              run_config=batch_run_config({"demo": [day_window(6).key]}))
         waiting = tick(first.cursor)
-        assert isinstance(waiting, dg.SkipReason) and "being harvested" in waiting.skip_message
+        assert waiting.skip_reason and "being harvested" in waiting.skip_reason.skip_message
         instance.delete_run(queued.run_id)
-        second = tick(first.cursor)
+        second = tick(waiting.cursor)
         [again] = second.run_requests
         assert again.run_key != request.run_key
         run(again)
