@@ -67,6 +67,11 @@ Sections (each only when asked; ``--all`` = all of them), each with its own tabl
     DAGSTER_HOME in temp folders; the windows materialized and checked per partition are counted
     in the instance afterwards) and harvest_window in a loop (no Dagster). Seconds, seconds per
     window, overhead per window. Targets: < 5 min for 365; CLI <= 1.2x the direct loop.
+``--events``
+    a window's Dagster events (a materialization and three check results) written ``--events-windows``
+    (100) times in a fresh process per variant: Dagster's default SQLite event log vs the project's
+    dagster.yaml (``defs/event_log.py``), ``--events-runs`` (3) interleaved runs; milliseconds per
+    window and the ratio.
 ``--defs-load``
     ``--defs-sources`` (200) sources pointing at a listening socket that counts connections;
     ``--defs-runs`` (5) fresh-process loads of ``harvest_pipeline.definitions`` against a bare

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from harvest_pipeline.bench.contenders import ORDER, parse_names
 
-SECTIONS = ("rss", "upsert", "backfill", "defs_load", "daemon", "sources", "profile", "shared", "many", "big_page")
+SECTIONS = ("rss", "upsert", "backfill", "defs_load", "daemon", "sources", "profile", "shared", "many", "big_page",
+            "events")
 
 # --quick: tiny sizes everywhere, one run, no warm-up (a smoke run, not a measurement).
 QUICK = dict(records=2000, page_size=100, runs=1, warmup=0, rss_sizes="2000,20000", rss_page_size=500,
@@ -22,14 +23,14 @@ QUICK = dict(records=2000, page_size=100, runs=1, warmup=0, rss_sizes="2000,2000
              sources_records=2000, profile_records=5000, defs_sources=20, defs_runs=1, daemon_days=3,
              daemon_delay_ms=100, shared_levels="1,4", shared_rows=200, shared_windows=2,
              many_sources=10, many_delay_ms=500, many_timeout=600,
-             big_page_mb=6)
+             big_page_mb=6, events_windows=10, events_runs=1)
 FULL = dict(records=100_000, page_size=200, runs=5, warmup=1, rss_sizes="100000,1000000", rss_page_size=500,
             upsert_rows=100_000, upsert_existing=1_000_000, upsert_window=150, upsert_window_existing=2_000_000,
             backfill_days=365, backfill_records_per_day=150, backfill_modes="cli,direct",
             sources_levels="1,2,5,10,20", sources_records=10_000, profile_records=50_000, defs_sources=200,
             defs_runs=5, daemon_days=40, daemon_delay_ms=800, shared_levels="1,4,16", shared_rows=2000,
             shared_windows=4, many_sources=100, many_delay_ms=2000, many_timeout=1800,
-            big_page_mb=40)
+            big_page_mb=40, events_windows=100, events_runs=3)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,6 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="peak RSS of fetching, parsing and mapping ONE page of --big-page-mb MB")
     s.add_argument("--big-page-mb", type=float, help="size of that page (default 40)")
     s.add_argument("--big-page-runs", type=int, default=1, help="runs (default 1)")
+    s.add_argument("--events", action="store_true",
+                   help="Dagster events per window: Dagster's default SQLite event log vs the project's dagster.yaml")
+    s.add_argument("--events-windows", type=int, help="windows whose events are written (default 100)")
+    s.add_argument("--events-runs", type=int, help="interleaved runs per event log (default 3)")
     s.add_argument("--rss", action="store_true", help="peak RSS of harvest_window on big windows (1M vs 100k)")
     s.add_argument("--rss-sizes", help="comma list of window sizes (default 100000,1000000)")
     s.add_argument("--rss-page-size", type=int, help="page size for the RSS windows (default 500)")

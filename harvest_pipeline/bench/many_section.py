@@ -63,6 +63,7 @@ class _Sampler(threading.Thread):
         self.dev_pid, self.farm_pid, self.baseline_mb = dev_pid, farm_pid, baseline_mb
         self.peak_used_mb = self.peak_tree_mb = self.peak_run_mb = self.peak_farm_mb = 0.0
         self.peak_runs = 0
+        self.run_cpu_s: dict[int, float] = {}  # run process pid -> CPU seconds (user + system) last seen
         self.halt = threading.Event()
 
     def run(self) -> None:
@@ -86,6 +87,8 @@ class _Sampler(threading.Thread):
                     if "spawn_main" in cmd or "execute_run" in cmd:
                         runs += 1
                         self.peak_run_mb = max(self.peak_run_mb, rss)
+                        cpu = p.cpu_times()
+                        self.run_cpu_s[p.pid] = cpu.user + cpu.system
                 except psutil.Error:
                     pass
             self.peak_tree_mb = max(self.peak_tree_mb, total)
@@ -266,6 +269,9 @@ def run_level(args, max_runs: str, urls: list[str], first_day: str, farm, folder
         "machine_peak_mb": sampler.peak_used_mb, "baseline_used_mb": baseline,
         "harvester_tree_peak_mb": sampler.peak_tree_mb, "run_process_peak_mb": sampler.peak_run_mb,
         "run_processes_peak": sampler.peak_runs, "farm_peak_mb": sampler.peak_farm_mb,
+        # CPU the run processes used (sampled every SAMPLE_S, so up to that much of each one's end
+        # is missing): what the harvest costs the machine, whatever the load.
+        "run_cpu_s": sum(sampler.run_cpu_s.values()),
         "load_before": load0, "load_after": load1,
     }
 
@@ -314,18 +320,19 @@ def _print(out: dict, args) -> None:
             f"{r['rate']:.1f}", n1(r["server_bound_rate"]), f"{r['ratio']:.3f}" if r["ratio"] else "-",
             f"{r['runs_ratio']:.3f}" if r.get("runs_ratio") else "-",
             _mb(r["machine_peak_mb"]), _mb(r["harvester_tree_peak_mb"]), str(r["run_processes_peak"]),
-            _mb(r["run_process_peak_mb"]), _mb(r["farm_peak_mb"]),
+            _mb(r["run_process_peak_mb"]), f"{r['run_cpu_s']:.1f}", _mb(r["farm_peak_mb"]),
             "{:.1f} / {:.1f}".format(r["load_before"][0], r["load_after"][0]),
         ])
     print(table(["max runs", "windows verified", "records", "wall s", "runs span s", "1 source server s",
                  "rec/s", "bar rec/s", "ratio", "runs ratio", "machine peak MB", "dagster tree MB", "run procs",
-                 "run proc MB", "farm MB", "load 1m before/after"], rows))
+                 "run proc MB", "run CPU s", "farm MB", "load 1m before/after"], rows))
     print("1 source server s = the most ListRecords pages of one source (ledger) x delay: the wall time if every"
           " source were served at once; bar rec/s = all records / that; ratio = rec/s / bar (target >= 0.8), from"
           " starting `dagster dev`; runs ratio = the same over the catch-up alone (first run created .. last run ended).")
     print("machine peak MB = peak (MemTotal - MemAvailable) minus its value just before `dagster dev` started (other"
           " work on the machine moves it too); dagster tree = summed RSS of webserver, daemon, code server and run"
-          " processes; run proc MB = largest run process; farm = the one process serving every demo provider.")
+          " processes; run proc MB = largest run process; run CPU s = user + system CPU of the run processes;"
+          " farm = the one process serving every demo provider.")
 
 
 def _targets(out: dict) -> list[dict]:
