@@ -33,6 +33,24 @@ def catalogue_exists(path: str | Path | None = None) -> bool:
     return catalogue_settings().shared or Path(path or default_db_path()).exists()
 
 
+def wanted_path(db_path: str | Path) -> Path:
+    """The file a process touches while it waits for the catalogue another process holds open.
+
+    A run that keeps the catalogue open between its writes (store/session.py) looks at this file's
+    time before each write and lets the file go when someone has asked since it opened it."""
+    path = Path(db_path)
+    return path.parent / "locks" / (path.name + ".wanted")
+
+
+def _say_wanted(db_path: Path) -> None:
+    want = wanted_path(db_path)
+    try:
+        want.parent.mkdir(parents=True, exist_ok=True)
+        want.touch()
+    except OSError:
+        pass  # only a hint: the holder also lets go after its longest hold
+
+
 def _is_lock_error(exc: Exception) -> bool:
     text = str(exc)
     return "lock" in text.lower() or "Conflicting" in text
@@ -203,6 +221,7 @@ def open_with_retry(
                 ) from exc
             if not _is_lock_error(exc):
                 raise HarvestError(f"could not open {path}: {exc}", hint="check HARVEST_DUCKDB_PATH and the file's permissions") from exc
+            _say_wanted(path)
             if time.monotonic() >= deadline:
                 raise StoreLockedError(
                     f"could not open {path}: {exc}",

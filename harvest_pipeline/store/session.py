@@ -10,9 +10,15 @@ per file within a process anyway, attached staging files included):
 - a session takes the process's lock, opens the file if it is not open, and runs;
 - the connection stays open while sessions follow each other, and closes once the process has
   not used it for LINGER_SECONDS, so the sensor and the CLI can read between bursts;
-- it is also closed after MAX_HOLD_SECONDS of continuous use, and the process then waits
-  YIELD_SECONDS before opening it again: other processes waiting on DuckDB's file lock (other
-  runs, the sensor's read, a catalogue refresh) get their turn.
+- a process that waits for the file (the sensor's read, the CLI, another run, a catalogue
+  refresh: every open goes through store/connection.py) touches the file's "wanted" marker;
+  a session that finds it touched since the file was opened, and has held it for at least
+  MIN_HOLD_SECONDS (two busy runs must not hand the file back and forth at every write), closes
+  the connection and waits YIELD_SECONDS before opening it again, so the waiting process gets
+  its turn;
+- it is closed after MAX_HOLD_SECONDS of continuous use in any case (a reader that does not say
+  it waits). Each close checkpoints the file, which costs more than a small window's merge, so it
+  does not happen on a short timer.
 """
 
 from __future__ import annotations
@@ -25,11 +31,12 @@ from typing import Iterator
 
 import duckdb
 
-from harvest_pipeline.store.connection import close_catalogue, open_catalogue
+from harvest_pipeline.store.connection import close_catalogue, open_catalogue, wanted_path
 from harvest_pipeline.store.schema import ensure_schema
 
 LINGER_SECONDS = 0.5
-MAX_HOLD_SECONDS = 3.0
+MIN_HOLD_SECONDS = 1.0
+MAX_HOLD_SECONDS = 30.0
 YIELD_SECONDS = 0.4
 
 
@@ -37,18 +44,20 @@ class CatalogueSession:
     def __init__(self, path: str | Path, *, linger_seconds: float = LINGER_SECONDS,
                  max_hold_seconds: float = MAX_HOLD_SECONDS):
         self.path = Path(path)
+        self.wanted = wanted_path(path)
         self.linger_seconds, self.max_hold_seconds = linger_seconds, max_hold_seconds
         self._lock = threading.RLock()
         self._con: duckdb.DuckDBPyConnection | None = None
-        self._opened_at = self._last_used = 0.0
+        self._opened_at = self._last_used = self._opened_wall = 0.0
         self._closer: threading.Thread | None = None
         self.opens = 0  # how often the file was opened (tests read it)
 
     @contextmanager
     def connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
         with self._lock:
-            now = time.monotonic()
-            if self._con is not None and now - self._opened_at > self.max_hold_seconds:
+            held = time.monotonic() - self._opened_at
+            if self._con is not None and (held > self.max_hold_seconds
+                                          or (held > MIN_HOLD_SECONDS and self._asked_for_since_open())):
                 self._close()
                 time.sleep(YIELD_SECONDS)  # the file is free: another process's waiting open gets in
             if self._con is None:
@@ -61,6 +70,7 @@ class CatalogueSession:
                     self._close()
                     raise
                 self._opened_at = time.monotonic()
+                self._opened_wall = time.time()
                 self.opens += 1
                 self._start_closer()
             try:
@@ -74,6 +84,12 @@ class CatalogueSession:
     def close(self) -> None:
         with self._lock:
             self._close()
+
+    def _asked_for_since_open(self) -> bool:
+        try:
+            return self.wanted.stat().st_mtime >= self._opened_wall
+        except OSError:
+            return False
 
     def _close(self) -> None:
         if self._con is not None:

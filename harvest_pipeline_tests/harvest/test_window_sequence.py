@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -340,3 +341,49 @@ def test_sources_harvested_in_threads_of_one_process_do_not_break_each_others_me
         counts = dict(con.execute("SELECT source_id, count(*) FROM records GROUP BY 1").fetchall())
     total = sum(window_stats(demo40, w)["total"] for w in windows)
     assert counts == {"a": total, "b": total, "c": total}
+
+
+OPEN_THROUGH_THE_STORE = """
+import sys, time
+from harvest_pipeline.store.connection import connect
+t = time.monotonic()
+with connect(sys.argv[1], read_only=True, wait_seconds=float(sys.argv[2])) as con:
+    print(con.execute("SELECT count(*) FROM t").fetchone()[0], round(time.monotonic() - t, 2))
+"""
+
+
+def test_a_busy_session_keeps_the_file_until_another_process_asks_for_it_then_lets_it_go(tmp_path):
+    """A batch run's writes come back to back: its session keeps the catalogue open (no checkpoint
+    per close) until a process waiting for the file says so, then lets it in."""
+    db = tmp_path / "h.duckdb"
+    session = CatalogueSession(db, linger_seconds=0.5, max_hold_seconds=60)
+    with session.connection() as con:
+        con.execute("CREATE TABLE t (x INTEGER)")
+    stop = threading.Event()
+
+    def writer():  # never idle for the linger time
+        while not stop.is_set():
+            with session.connection() as con:
+                con.execute("INSERT INTO t VALUES (1)")
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        time.sleep(1.5)
+        assert session.opens == 1  # 1.5 s of writes, nobody asked: one open, no close
+        # A process that does not say it waits (plain DuckDB retries) does not get in ...
+        plain = subprocess.run([sys.executable, "-c", OPEN_READ_ONLY.replace("harvest_windows", "t"), str(db)],
+                               capture_output=True, text=True, timeout=60)
+        assert plain.returncode != 0 and "lock" in plain.stderr.lower()
+        assert session.opens == 1
+        # ... one that opens through the store does, within a few seconds.
+        asking = subprocess.run([sys.executable, "-c", OPEN_THROUGH_THE_STORE, str(db), "10"],
+                                capture_output=True, text=True, timeout=60)
+        assert asking.returncode == 0, asking.stderr[-500:]
+        assert int(asking.stdout.split()[0]) > 0 and float(asking.stdout.split()[1]) < 5
+    finally:
+        stop.set()
+        thread.join()
+    assert session.opens == 2  # let go once, opened again for the next write
+    session.close()
