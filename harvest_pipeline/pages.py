@@ -24,6 +24,9 @@ class HarvestedRecord:
     deleted: bool
     metadata_xml: str | None  # the single child of <metadata>, serialized; None for deletions
     metadata: Any = None  # the lxml element of that child (for mappers); None for deletions
+    # metadata_xml's UTF-8 bytes, when the parser still has them (its serializer writes bytes):
+    # the rows take these instead of encoding the text again. None: encode metadata_xml.
+    metadata_utf8: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +67,9 @@ class ListPage:
     repaired: int = 0  # characters / bytes replaced by U+FFFD to make the page parse
     # (identifier as stored, as sent) for identifiers whose illegal characters became control pictures
     repaired_identifiers: list[tuple[str, str]] = field(default_factory=list)
+    # The records' metadata_xml is still to be written from their elements (a ListRecords page
+    # parsed with serialize=False; oai.parse.serialize_records does it, page_rows calls it).
+    unserialized: bool = False
 
     @property
     def next_token(self) -> str | None:

@@ -77,13 +77,15 @@ class OaiLister:
             self.client.continuation_with_arguments = True
 
     def pages(self, *, from_param, until_param, resume_token) -> Iterator[ListPage]:
+        """ListRecords pages of the window. Their records' metadata_xml is written by page_rows
+        (harvest/rows.py), after the next page was asked for: see oai.parse.serialize_records."""
         dated = from_param is not None or until_param is not None
         if dated and QUIRK_DATES_REJECTED in self.client.quirks:
             yield from self._undated_pages(resume_token)
             return
         pages = self.client.list_records_pages(
             self.source.metadata_prefix, from_=from_param, until=until_param, set_=self.source.set,
-            resumption_token=resume_token,
+            resumption_token=resume_token, serialize=False,
         )
         try:
             first = next(pages, None)
@@ -107,7 +109,8 @@ class OaiLister:
         )
         for n, page in enumerate(
             self.client.list_records_pages(
-                self.source.metadata_prefix, set_=self.source.set, resumption_token=resume_token
+                self.source.metadata_prefix, set_=self.source.set, resumption_token=resume_token,
+                serialize=False,
             )
         ):
             if n == 0:

@@ -8,6 +8,7 @@ from datetime import datetime
 import pyarrow as pa
 
 from harvest_pipeline.formats import map_record
+from harvest_pipeline.oai.parse import serialize_records
 from harvest_pipeline.pages import ListPage
 from harvest_pipeline.xmlsafe import parse_xml
 from harvest_pipeline.store.columns import NORMALIZED_COLUMNS, PAGE_COLUMNS, PAGE_SCHEMA
@@ -44,6 +45,9 @@ def page_rows(
     identifier carried characters XML forbids (kind 'identifier': stored under the repaired
     identifier; `raw` is the identifier as sent).
     """
+    # A page listed with serialize=False (harvest/oai_lister.py): its metadata_xml is written now,
+    # in the thread that maps it, while the server prepares the next page.
+    serialize_records(page)
     records = page.records
     page_number = page.page_number
     quarantined = [(page_number, q.identifier, q.kind, q.error, q.raw) for q in page.quarantined]
@@ -69,8 +73,11 @@ def _rows(records: list, first_seq: int, page_number: int, metadata_prefix: str,
     # instead of 28 appends per record.
     datestamps = [r.datestamp_utc.replace(tzinfo=None) if r.datestamp_utc is not None else None for r in records]
     deleted = [r.deleted for r in records]
-    # UTF-8 once, for the hash and for Arrow (which would otherwise encode the text again).
-    live_xml = [None if r.deleted or r.metadata_xml is None else r.metadata_xml.encode("utf-8", "surrogatepass")
+    # UTF-8 once, for the hash and for Arrow (which would otherwise encode the text again): the
+    # parser's own bytes where it kept them.
+    live_xml = [None if r.deleted or r.metadata_xml is None
+                else r.metadata_utf8 if r.metadata_utf8 is not None
+                else r.metadata_xml.encode("utf-8", "surrogatepass")
                 for r in records]
     mapped: list = [None] * n
     errors: list = [None] * n

@@ -22,6 +22,7 @@ messages: userinfo in ``base_url`` is moved into requests' auth and stripped fro
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterator, Mapping
@@ -204,6 +205,7 @@ class OAIClient:
         set_: str | None = None,
         resumption_token: str | None = None,
         read_ahead: bool = False,
+        serialize: bool = True,
     ) -> Iterator[ListPage]:
         """ListRecords, one :class:`ListPage` per response (see the module doc for the rules).
 
@@ -214,10 +216,13 @@ class OAIClient:
         page's token is parsed, before its records are read, so the server prepares page n+1
         while we read page n. One request may then be sent beyond the pages consumed; a token
         the loop guard would stop is never followed early.
+
+        ``serialize=False``: the records' ``metadata_xml`` is left to the caller
+        (:func:`harvest_pipeline.oai.parse.serialize_records`, see ``parse_list_records``).
         """
         return self._pages(
             "ListRecords", parse_list_records, metadata_prefix, from_, until, set_,
-            resumption_token, read_ahead,
+            resumption_token, read_ahead, serialize=serialize,
         )
 
     def list_records(
@@ -276,7 +281,8 @@ class OAIClient:
 
     # ---------------------------------------------------------------------------- paging
 
-    def _pages(self, verb, parse, metadata_prefix, from_, until, set_, resumption_token, read_ahead=False):
+    def _pages(self, verb, parse, metadata_prefix, from_, until, set_, resumption_token, read_ahead=False,
+               serialize=True):
         if resumption_token is not None and not str(resumption_token).strip():
             raise ValueError("resumption_token is empty")
         original = {"metadataPrefix": metadata_prefix} if metadata_prefix else {}
@@ -295,6 +301,8 @@ class OAIClient:
             if not metadata_prefix:
                 raise ValueError(f"{verb} needs a metadata_prefix (or a resumption_token)")
             params = {"verb": verb, **original}
+        if not serialize:
+            parse = functools.partial(parse, serialize=False)
         return self._traverse(verb, parse, params, original, read_ahead=read_ahead)
 
     def _traverse(self, verb, parse, params, original=None, *, read_ahead: bool = False) -> Iterator[ListPage]:

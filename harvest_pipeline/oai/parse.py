@@ -46,6 +46,8 @@ __all__ = [
     "parse_get_record",
     "parse_resumption_token",
     "raise_for_oai_errors",
+    "serialize_metadata",
+    "serialize_records",
 ]
 
 OAI_NS = "http://www.openarchives.org/OAI/2.0/"
@@ -274,11 +276,12 @@ def _utc(identifier: str, datestamp: str, warnings: list[str]):
         return None
 
 
-def _read_records(body, T, append, warnings: list[str], counters: list[int]):
+def _read_records(body, T, append, warnings: list[str], counters: list[int], serialize: bool = True):
     """The hot loop of ListRecords (inlined on purpose: it runs once per record).
 
     Appends an HarvestedRecord per usable <record> and returns the <resumptionToken> element (or
-    None). Also used for GetRecord.
+    None). Also used for GetRecord. `serialize=False`: metadata_xml is left None for
+    `serialize_records` (the records keep their element).
     """
     t_rec, t_tok, t_h, t_m = T.record, T.resumptionToken, T.header, T.metadata
     t_id, t_ds, t_ss = T.identifier, T.datestamp, T.setSpec
@@ -334,7 +337,7 @@ def _read_records(body, T, append, warnings: list[str], counters: list[int]):
                 warnings.append(
                     f"record {identifier}: unknown header status {status!r}; not deleted"
                 )
-        metadata = metadata_xml = None
+        metadata = metadata_xml = utf8 = None
         if md is not None:
             if deleted:
                 counters[0] += 1
@@ -346,8 +349,9 @@ def _read_records(body, T, append, warnings: list[str], counters: list[int]):
                         else:
                             counters[1] += 1
                             break
-                if metadata is not None:
-                    metadata_xml = tostring(metadata, method="c14n", exclusive=True).decode()
+                if metadata is not None and serialize:
+                    utf8 = tostring(metadata, method="c14n", exclusive=True)  # serialize_metadata, inlined
+                    metadata_xml = utf8.decode()
         if metadata is None and not deleted:
             warnings.append(f"record {identifier}: not deleted but has no metadata")
         try:
@@ -355,8 +359,25 @@ def _read_records(body, T, append, warnings: list[str], counters: list[int]):
         except ValueError:
             warnings.append(f"record {identifier}: unparseable datestamp {datestamp!r}")
             utc = None
-        append(Record(identifier, datestamp, utc, specs, deleted, metadata_xml, metadata))
+        append(Record(identifier, datestamp, utc, specs, deleted, metadata_xml, metadata, utf8))
     return tok_el
+
+
+def serialize_metadata(element) -> bytes:
+    """The stored form of a record's metadata element: exclusive C14N, UTF-8 (every in-scope
+    namespace it uses declared, so it parses on its own; the merge fingerprints these bytes)."""
+    return etree.tostring(element, method="c14n", exclusive=True)
+
+
+def serialize_records(page: ListPage) -> None:
+    """Write the metadata_xml of a page parsed with ``serialize=False`` from its records' elements."""
+    if not page.unserialized:
+        return
+    for record in page.records:
+        if record.metadata is not None and record.metadata_xml is None and not record.deleted:
+            record.metadata_utf8 = utf8 = serialize_metadata(record.metadata)
+            record.metadata_xml = utf8.decode()
+    page.unserialized = False
 
 
 def _finish_counters(counters: list[int], warnings: list[str]) -> None:
@@ -394,6 +415,7 @@ def _list_page(
     verb: str,
     empty_on_no_records_match: bool,
     on_token=None,
+    serialize: bool = True,
 ) -> ListPage:
     params = dict(params) if params else {}
     if verb == "ListRecords" and len(content) > STREAM_PAGE_BYTES:
@@ -407,11 +429,11 @@ def _list_page(
         if verb != "ListRecords":
             raise
         return _salvage_list_records(content, url, params, page_number, exc)
-    return _list_page_of(r, content, url, params, page_number, verb, on_token)
+    return _list_page_of(r, content, url, params, page_number, verb, on_token, serialize=serialize)
 
 
 def _list_page_of(r: _Response, content: bytes, url: str, params: dict, page_number: int, verb: str, on_token,
-                  streamed: tuple[list, list, list] | None = None) -> ListPage:
+                  streamed: tuple[list, list, list] | None = None, serialize: bool = True) -> ListPage:
     """The ListPage of an opened response. `streamed`: (records, their warnings, counters) already
     read from the page by `_streamed_list_records` (its verb element then holds no records)."""
     if r.no_records is not None:
@@ -448,7 +470,7 @@ def _list_page_of(r: _Response, content: bytes, url: str, params: dict, page_num
         if token:
             on_token(token)
     if verb == "ListRecords":
-        tok_el = _read_records(body, T, append, warnings, counters)
+        tok_el = _read_records(body, T, append, warnings, counters, serialize)
     else:
         t_h = T.header
         for child in body:
@@ -484,6 +506,7 @@ def _list_page_of(r: _Response, content: bytes, url: str, params: dict, page_num
         warnings=warnings,
         repaired=r.repaired,
         repaired_identifiers=list(r.repaired_identifiers),
+        unserialized=verb == "ListRecords" and not serialize and streamed is None,
     )
 
 
@@ -521,7 +544,9 @@ def _streamed_list_records(content: bytes, url: str, params: dict, page_number: 
         before = len(records)
         _read_records((rec,), T, records.append, record_warnings, counters)
         if len(records) > before:
-            records[-1].metadata = None  # the element goes with its tree, now
+            # The element goes with its tree, now; the bytes too (the text is kept: a big page's
+            # records would otherwise hold their metadata twice until the rows are built).
+            records[-1].metadata = records[-1].metadata_utf8 = None
         rec.clear()
         parent.remove(rec)
     r = _envelope(root(), None, url, "ListRecords", allow_no_records=empty_on_no_records_match)
@@ -576,6 +601,7 @@ def parse_list_records(
     *,
     empty_on_no_records_match: bool = False,
     on_token=None,
+    serialize: bool = True,
 ) -> ListPage:
     """Parse one ListRecords response into a :class:`ListPage`.
 
@@ -588,8 +614,13 @@ def parse_list_records(
     document is parsed, before its records are read (the client's read-ahead); the page's
     ``next_token`` is then that token. It is not called when the token sits among the records,
     nor for a page parsed as a stream (larger than ``STREAM_PAGE_BYTES``).
+    ``serialize=False`` leaves ``metadata_xml`` None and the page ``unserialized``: the caller
+    writes it later with :func:`serialize_records` (the harvest does, after it has asked for the
+    next page: the serialization is most of the work of reading a page after the parse itself).
+    A page parsed as a stream or salvaged is serialized anyway.
     """
-    return _list_page(content, url, params, page_number, "ListRecords", empty_on_no_records_match, on_token)
+    return _list_page(content, url, params, page_number, "ListRecords", empty_on_no_records_match, on_token,
+                      serialize)
 
 
 def parse_list_identifiers(
