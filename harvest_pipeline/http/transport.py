@@ -372,7 +372,9 @@ class Transport:
                 return self._exchange(method, url, params, data, headers, auth, shown,
                                       expect_body, dl, phase)
             except Exception as e:
-                if not (dl.fired or isinstance(e, DeadlinePassed)):
+                # requests' own timeout is set to the time left, so it can fire a moment before
+                # the deadline's timer does: past (or within 20 ms of) the deadline is the deadline.
+                if not (dl.fired or isinstance(e, DeadlinePassed) or time.monotonic() >= at - 0.02):
                     raise
                 if cut_by_budget:
                     raise self._budget_error(shown, f"while waiting for {phase['name']}") from None
