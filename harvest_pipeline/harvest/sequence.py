@@ -43,6 +43,7 @@ from harvest_pipeline.harvest.listers import Lister, lister_for
 from harvest_pipeline.harvest.split import harvest_partition, split_failed_window, split_reason
 from harvest_pipeline.harvest.window import Connect, Progress, Window, WindowHarvest, WindowReport
 from harvest_pipeline.sources import SourceConfig
+from harvest_pipeline.store.ledger import get_quirks
 from harvest_pipeline.store.session import catalogue_connect, process_session
 from harvest_pipeline.store.window_parts import window_state
 
@@ -118,9 +119,14 @@ def harvest_windows(
     quirks_known = None  # the stored quirks as the window before read them, plus what it learned
     windows = list(windows)
     try:
-        # Which windows split before (their next run goes to their sub-windows), read once.
+        # Which windows split before (their next run goes to their sub-windows), and what earlier
+        # runs learned about the server, read once: so even the first window's ledger row is
+        # written in the merge thread while its first page is fetched (a batch run starts a
+        # hundred sources at once, and their rows would otherwise hold back each first request).
         with catalogue() as con:
             prior_states = {w.start: window_state(con, source.id, w.start) for w in windows}
+            quirks_known = get_quirks(con, source.id)
+        lister.apply_quirks(quirks_known)
         for window in windows:
             signum = stop.requested()
             if signum is not None:

@@ -387,3 +387,30 @@ def test_a_busy_session_keeps_the_file_until_another_process_asks_for_it_then_le
         thread.join()
     assert session.opens == 2  # let go once, opened again for the next write
     session.close()
+
+
+def test_the_first_windows_ledger_row_does_not_hold_back_its_first_request(demo40, db_path):
+    """A batch run starts a hundred sources at once: with the stored quirks read up front, even the
+    first window's ledger row is written in the merge thread while its first page is fetched."""
+    from contextlib import contextmanager
+
+    source = demo_source(demo40)
+    lister = WatchedLister(source, state_dir=db_path.parent / "hosts")
+    session = CatalogueSession(db_path)
+    uses: list[int] = []
+    traversals_when_the_row_was_written: list[int] = []
+
+    @contextmanager
+    def connect():
+        with session.connection() as con:
+            uses.append(1)
+            if len(uses) == 2:  # the one read of the windows' states, then the first ledger row
+                time.sleep(1.0)  # a busy catalogue
+                traversals_when_the_row_was_written.append(lister.traversals)
+            yield con
+
+    windows = [day_window(3), day_window(2)]
+    outcomes = harvest_windows(source, windows, db_path=db_path, connect=connect, lister=lister)
+    session.close()
+    assert all(o.ok and o.report.status == ledger.VERIFIED for o in outcomes)
+    assert traversals_when_the_row_was_written == [1]  # the first window's list was being fetched
