@@ -414,3 +414,54 @@ def test_the_first_windows_ledger_row_does_not_hold_back_its_first_request(demo4
     session.close()
     assert all(o.ok and o.report.status == ledger.VERIFIED for o in outcomes)
     assert traversals_when_the_row_was_written == [1]  # the first window's list was being fetched
+
+
+def test_threads_write_the_catalogue_side_by_side_each_in_its_own_transaction(tmp_path):
+    """The sources of a batch run merge at the same time: each use is a cursor of the one open
+    file, its own transaction, and the file is closed only when every cursor is back."""
+    db = tmp_path / "h.duckdb"
+    session = CatalogueSession(db, linger_seconds=0.2, max_hold_seconds=60)
+    with session.connection() as con:
+        con.execute("CREATE TABLE t (source VARCHAR, x INTEGER)")
+    a_inside, b_done = threading.Event(), threading.Event()
+    seen_by_b: list[int] = []
+
+    def a():
+        with session.connection() as con:
+            con.execute("BEGIN TRANSACTION")
+            con.execute("INSERT INTO t VALUES ('a', 1)")
+            a_inside.set()
+            assert b_done.wait(10), "b had to wait for a's transaction"
+            con.execute("COMMIT")
+
+    def b():
+        assert a_inside.wait(10)
+        with session.connection() as con:
+            con.execute("BEGIN TRANSACTION")
+            con.execute("INSERT INTO t VALUES ('b', 2)")
+            seen_by_b.append(con.execute("SELECT count(*) FROM t WHERE source = 'a'").fetchone()[0])
+            con.execute("COMMIT")
+        b_done.set()
+
+    errors: list[BaseException] = []
+
+    def guarded(fn):
+        try:
+            fn()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(f,)) for f in (a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors, errors
+    assert seen_by_b == [0]  # a's transaction was still open: its own
+    with session.connection() as con:
+        assert con.execute("SELECT source, x FROM t ORDER BY 1").fetchall() == [("a", 1), ("b", 2)]
+    assert session.opens == 1
+    session.close()
+    code = "import duckdb, sys; print(duckdb.connect(sys.argv[1]).execute('SELECT count(*) FROM t').fetchone()[0])"
+    assert subprocess.run([sys.executable, "-c", code, str(db)], capture_output=True, text=True,
+                          timeout=60).stdout.strip() == "2"  # closed: another process opens it
