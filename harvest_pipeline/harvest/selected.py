@@ -90,7 +90,7 @@ def harvest_selected(
     started = time.monotonic()
     ctx = dict(source_id=source.id, window=window.key)
 
-    staging = StagingWindow(Path(db_path).parent / "staging" / source.id / f"selected-{run_id}.duckdb")
+    staging = StagingWindow(Path(db_path).parent / "staging" / source.id / f"selected-{run_id}.stage")
     try:
         staging.start_attempt(attempt_id, "selected")
         try:

@@ -122,8 +122,34 @@ def _check_identifiers(con, mismatches_sql: str, expected: int | None = None) ->
         )
 
 
-def _sql_literal_path(path: Path) -> str:
-    return "'" + str(path).replace("'", "''") + "'"
+# The staged files are scanned through these two views of an in-memory database named `stg`,
+# so the merge's SQL reads `stg.page_records` and `stg.page_quarantine`. The views name Arrow
+# datasets registered on the merging connection (`con.register`): a registration belongs to its
+# connection, so merges on different connections of one DuckDB instance never see each other's.
+_STAGED = {"page_records": "stg_page_records_files", "page_quarantine": "stg_page_quarantine_files"}
+
+
+def _expose_staging(con: duckdb.DuckDBPyConnection, staging_folder: Path) -> None:
+    from harvest_pipeline.store.staging import staged_datasets
+
+    datasets = dict(zip(_STAGED, staged_datasets(staging_folder)))
+    for view, name in _STAGED.items():
+        con.register(name, datasets[view])
+    if con.execute("SELECT count(*) FROM duckdb_databases() WHERE database_name = 'stg'").fetchone()[0]:
+        return
+    # Created once per instance, on a connection of its own: a transaction writes one database
+    # only, and the caller's has the catalogue. (A view binds its names again when it is read, in
+    # the reading connection.)
+    with con.cursor() as setup:
+        setup.execute("ATTACH IF NOT EXISTS ':memory:' AS stg")
+        for view, name in _STAGED.items():
+            setup.register(name, datasets[view].schema.empty_table())
+            setup.execute(f"CREATE VIEW IF NOT EXISTS stg.{view} AS SELECT * FROM {name}")
+
+
+def _hide_staging(con: duckdb.DuckDBPyConnection) -> None:
+    for name in _STAGED.values():
+        con.unregister(name)
 
 
 def merge_staging(
@@ -139,21 +165,18 @@ def merge_staging(
     """Apply the staged window to `records` and `record_history`; call inside a transaction.
 
     Memory stays bounded whatever the window's size: the temp tables are narrow (identifier,
-    position, action) and the wide columns (raw XML) stream from the staging file straight into
+    position, action) and the wide columns (raw XML) stream from the staged files straight into
     their destination.
     """
     now = utcnow()
-    if con.execute("SELECT count(*) FROM duckdb_databases() WHERE database_name = 'stg'").fetchone()[0]:
-        con.execute("DETACH stg")  # an earlier merge's on this connection, its transaction over
-    con.execute(f"ATTACH {_sql_literal_path(staging_file)} AS stg (READ_ONLY)")
-    # No DETACH in a `finally`: after an error the transaction is aborted, a DETACH would fail
-    # and hide the real error; the caller's connection is closed anyway.
+    _expose_staging(con, staging_file)
+    # No clean-up in a `finally`: after an error the transaction is aborted, and the next merge on
+    # this connection registers its own files under the same names.
     counts = _merge_attached(
         con, source_id=source_id, window_start=window_start, window_end=window_end,
         run_id=run_id, attempt_id=attempt_id, now=now,
     )
-    # No DETACH here either: duckdb 1.5 refuses to detach, inside the transaction, a file it read,
-    # and the refusal aborts the transaction. The next merge on this connection (or close) detaches it.
+    _hide_staging(con)
     return counts
 
 

@@ -26,8 +26,8 @@ SUMMED = (
 
 
 def part_staging_path(db_path: str | Path, source_id: str, start: datetime, end: datetime) -> Path:
-    """data/staging/<source>/parts/<start>-<end>.duckdb: a sub-window's own cursor and pages."""
-    name = f"{start:%Y%m%dT%H%M%S}-{end:%Y%m%dT%H%M%S}.duckdb"
+    """data/staging/<source>/parts/<start>-<end>.stage: a sub-window's own cursor and pages."""
+    name = f"{start:%Y%m%dT%H%M%S}-{end:%Y%m%dT%H%M%S}.stage"
     return Path(db_path).parent / "staging" / source_id / "parts" / name
 
 
