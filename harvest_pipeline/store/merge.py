@@ -1,4 +1,4 @@
-"""Merging a window's staging file into the catalogue: classify, upsert, tombstone, history.
+"""Merging a window's staged pages into the catalogue: classify, upsert, tombstone, history.
 
 One transaction per window (the caller opens and commits it, together with the ledger row), so
 the catalogue is locked for this step only. Idempotent: merging the same versions again finds
@@ -122,19 +122,21 @@ def _check_identifiers(con, mismatches_sql: str, expected: int | None = None) ->
         )
 
 
-# The staged files are scanned through these two views of an in-memory database named `stg`,
-# so the merge's SQL reads `stg.page_records` and `stg.page_quarantine`. The views name Arrow
-# datasets registered on the merging connection (`con.register`): a registration belongs to its
-# connection, so merges on different connections of one DuckDB instance never see each other's.
-_STAGED = {"page_records": "stg_page_records_files", "page_quarantine": "stg_page_quarantine_files"}
+# The staged Parquet files are read through two views of an in-memory database named `stg`, so the
+# merge's SQL reads `stg.page_records` and `stg.page_quarantine`. A view reads the files that the
+# merging connection's variables list (`SET VARIABLE` belongs to its connection), so merges on
+# different connections of one DuckDB instance never see each other's files. DuckDB reads the
+# files itself: streamed, within its memory limit, only the columns a statement names, and a slice
+# of pages skips the row groups outside it.
+_STAGED = {"page_records": "stg_page_files", "page_quarantine": "stg_quarantine_files"}
 
 
 def _expose_staging(con: duckdb.DuckDBPyConnection, staging_folder: Path) -> None:
-    from harvest_pipeline.store.staging import staged_datasets
+    from harvest_pipeline.store.staging import staged_file_lists
 
-    datasets = dict(zip(_STAGED, staged_datasets(staging_folder)))
-    for view, name in _STAGED.items():
-        con.register(name, datasets[view])
+    files = dict(zip(_STAGED, staged_file_lists(staging_folder)))
+    for view, variable in _STAGED.items():
+        con.execute(f"SET VARIABLE {variable} = ?", [files[view]])
     if con.execute("SELECT count(*) FROM duckdb_databases() WHERE database_name = 'stg'").fetchone()[0]:
         return
     # Created once per instance, on a connection of its own: a transaction writes one database
@@ -142,14 +144,14 @@ def _expose_staging(con: duckdb.DuckDBPyConnection, staging_folder: Path) -> Non
     # the reading connection.)
     with con.cursor() as setup:
         setup.execute("ATTACH IF NOT EXISTS ':memory:' AS stg")
-        for view, name in _STAGED.items():
-            setup.register(name, datasets[view].schema.empty_table())
-            setup.execute(f"CREATE VIEW IF NOT EXISTS stg.{view} AS SELECT * FROM {name}")
+        for view, variable in _STAGED.items():
+            setup.execute(f"SET VARIABLE {variable} = ?", [files[view][:1]])
+            setup.execute(f"CREATE VIEW IF NOT EXISTS stg.{view} AS SELECT * FROM read_parquet(getvariable('{variable}'))")
 
 
 def _hide_staging(con: duckdb.DuckDBPyConnection) -> None:
-    for name in _STAGED.values():
-        con.unregister(name)
+    for variable in _STAGED.values():
+        con.execute(f"RESET VARIABLE {variable}")
 
 
 def merge_staging(

@@ -1,7 +1,7 @@
 """Sub-windows of a window that split itself (`harvest_window_parts`, migration 5).
 
 A window that cannot finish whole is harvested as sub-windows (:mod:`harvest_pipeline.harvest.split`).
-Each sub-window has its own staging file (its durable cursor) and its own row here, at any depth;
+Each sub-window has its own staging folder (its durable cursor) and its own row here, at any depth;
 the window's own row in `harvest_windows` says how it was split (`split_into`, `split_reason`)
 and carries the sums of its leaf sub-windows (those not split further).
 """

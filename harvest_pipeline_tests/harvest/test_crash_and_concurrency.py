@@ -131,7 +131,7 @@ def test_killed_between_a_page_file_and_its_cursor_fetches_only_that_page_again(
     proc.wait(timeout=120)
     assert proc.returncode == -9, proc.stderr.read()
     [staging] = open_staging_files(db)
-    assert len(list(staging.glob("rows-*.arrow"))) == 2  # page 2's rows reached the disk, its cursor did not
+    assert len(list(staging.glob("rows-[0-9]*.parquet"))) == 2  # page 2's rows reached the disk, its cursor did not
 
     before = tunable_demo.faults()["requests"]
     report = harvest_window(source, window, db_path=db)

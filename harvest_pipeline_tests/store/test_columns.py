@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 
 import duckdb
 import pyarrow as pa
-import pyarrow.ipc  # noqa: F401  (pa.ipc)
+import pyarrow.parquet as pq
 
 from harvest_pipeline.formats import ROW_KEYS
 from harvest_pipeline.store import ensure_schema
@@ -38,8 +38,8 @@ def test_a_staged_page_file_is_the_page_declaration(tmp_path):
         staging.start_attempt("run", "key")
         staging.write_page(pa.table(row, schema=PAGE_SCHEMA), next_token=None, complete_list_size=1,
                            response_date=None, warnings=[])
-    [page_file] = (tmp_path / "w.stage").glob("rows-*.arrow")
-    names = pa.ipc.open_file(str(page_file)).schema.names
+    [page_file] = (tmp_path / "w.stage").glob("rows-[0-9]*.parquet")
+    names = pq.read_schema(page_file).names
     assert names == list(PAGE_COLUMNS) == PAGE_SCHEMA.names
 
 

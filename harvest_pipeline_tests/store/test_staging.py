@@ -54,7 +54,7 @@ def test_a_cursor_that_counts_a_lost_file_starts_the_window_over(tmp_path):
         staging.start_attempt("run", "key")
         staging.write_page(_page(1, ["a"]), next_token="t1", complete_list_size=None, response_date=None, warnings=[])
         staging.write_page(_page(2, ["b"]), next_token="t2", complete_list_size=None, response_date=None, warnings=[])
-    next(path.glob("rows-000001-*.arrow")).unlink()  # an OS crash lost a committed file
+    next(path.glob("rows-000001-*.parquet")).unlink()  # an OS crash lost a committed file
     with StagingWindow(path) as staging:
         assert staging.cursor() is None
 
@@ -73,11 +73,11 @@ def test_a_crash_between_the_page_file_and_the_cursor_resumes_after_the_last_com
         with pytest.raises(SystemExit):
             staging.write_page(_page(2, ["c"]), next_token="t2", complete_list_size=7, response_date="d2", warnings=["w2"])
         monkeypatch.undo()
-    assert len(list(path.glob("rows-*.arrow"))) == 2  # page 2's rows reached the disk, its cursor did not
+    assert len(list(path.glob("rows-[0-9]*.parquet"))) == 2  # page 2's rows reached the disk, its cursor did not
     with StagingWindow(path) as staging:
         cursor = staging.cursor()
         assert (cursor.pages, cursor.received, cursor.token, cursor.warnings) == (1, 2, "t1", [])
-        assert len(list(path.glob("rows-*.arrow"))) == 1  # the file the cursor does not count is gone
+        assert len(list(path.glob("rows-[0-9]*.parquet"))) == 1  # the file the cursor does not count is gone
         assert _staged_identifiers(path) == ["a", "b"]
         # The page is fetched again and committed under the same commit number.
         staging.write_page(_page(2, ["c"]), next_token=None, complete_list_size=7, response_date="d2", warnings=["w2"])
