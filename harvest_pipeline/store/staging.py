@@ -222,8 +222,17 @@ class StagingWindow:
         pending, self._pending = self._pending, []
         if not pending:
             return 0
+        commit = self._state["commits"] + 1
+        try:
+            return self._commit(pending, commit)
+        except Exception:
+            # Not committed, and this process goes on: the next commit takes this number, maybe
+            # with other pages. (A process that ends here leaves the files to the next open.)
+            _delete_commit_files(self.path, commit)
+            raise
+
+    def _commit(self, pending: list[_PendingPage], commit: int) -> int:
         state = dict(self._state)
-        commit = state["commits"] + 1
         warnings = [redact_text(w) for p in pending for w in p.warnings]  # no configured secret is ever stored
         tables = [_page_table(p.rows) for p in pending if p.rows.num_rows]
         rows = (tables[0] if len(tables) == 1 else pa.concat_tables(tables)) if tables else None
@@ -324,6 +333,13 @@ class StagingWindow:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def _delete_commit_files(folder: Path, commit: int) -> None:
+    for entry in folder.iterdir():
+        m = _ROWS_FILE.match(entry.name) or _QUARANTINE_FILE.match(entry.name)
+        if m and int(m.group(1)) == commit:
+            entry.unlink(missing_ok=True)
 
 
 def _give_back_memory() -> None:

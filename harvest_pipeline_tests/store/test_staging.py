@@ -172,3 +172,30 @@ def test_status_lists_window_and_sub_window_folders_by_their_start(tmp_path):
     (whole.parent / "reconcile.duckdb").write_bytes(b"")  # not a window's
     assert open_staging_files(db, "src") == [whole, part]
     assert [staging_window_start(p) for p in open_staging_files(db)] == [datetime(2026, 10, 1), datetime(2026, 10, 2)]
+
+
+def test_a_commit_that_failed_leaves_no_file_for_the_next_commit_to_count(tmp_path, monkeypatch):
+    """A commit whose cursor could not be written (a full disk) raises; the pages go again in
+    the next commit, under the same number, possibly with other pages: nothing of the failed
+    one may be read twice."""
+    path = staging_path(tmp_path / "cat.duckdb", "src", datetime(2026, 10, 1))
+    with StagingWindow(path) as staging:
+        staging.start_attempt("run", "key")
+        staging.write_page(_page(1, ["a", "b"]), next_token="t1", complete_list_size=None, response_date=None, warnings=[])
+        real = staging_module._write_cursor
+
+        def full_disk(folder, state):
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(staging_module, "_write_cursor", full_disk)
+        with pytest.raises(OSError):
+            staging.write_page(_page(2, ["c"]), next_token="t2", complete_list_size=None, response_date=None, warnings=[])
+        monkeypatch.setattr(staging_module, "_write_cursor", real)
+        assert staging.cursor().pages == 1
+        staging.stage_page(_page(2, ["c"]), next_token="t2", complete_list_size=None, response_date=None, warnings=[])
+        staging.stage_page(_page(3, ["d"]), next_token=None, complete_list_size=None, response_date=None, warnings=[])
+        assert staging.commit_pages() == 2
+        assert _staged_identifiers(path) == ["a", "b", "c", "d"]
+    with StagingWindow(path) as staging:  # and the cursor counts what is there
+        assert staging.cursor().pages == 3
+    assert _staged_identifiers(path) == ["a", "b", "c", "d"]
