@@ -12,9 +12,9 @@ import signal
 
 POINTS = (
     "after-fetch",  # a page was fetched and parsed, nothing of it written yet
-    "mid-page-write",  # inside the staging transaction that writes a page and its token
+    "mid-page-write",  # a staging commit's page files are written, its cursor not yet
     "mid-merge",  # inside the catalogue transaction, after the upsert, before commit
-    "after-merge",  # the merge committed, the staging file not yet removed
+    "after-merge",  # the merge committed, the staging folder not yet removed
 )
 
 _spec = os.environ.get("HARVEST_CRASHPOINT", "")

@@ -28,7 +28,7 @@ def main() -> int:
     staged = []
     for k in range(windows):
         lo = base + (k // 2) * rows
-        staged.append(build_staging(workdir / f"{source_id}-{k}.duckdb", lo, lo + rows, version=k % 2))
+        staged.append(build_staging(workdir / f"{source_id}-{k}.stage", lo, lo + rows, version=k % 2))
     with connect():  # schema ready before the clock starts (as after a worker's first window)
         pass
     (workdir / f"ready-{source_id}").touch()

@@ -199,7 +199,7 @@ def run_window_cost(args, workdir: Path, *, log=print) -> dict:
     classed: dict[str, object] = {}
     for r in range(runs):
         lo = big + r * w  # identifiers the big source does not hold yet, new ones every run
-        stg_new = build_staging(workdir / f"win-new-{r}.duckdb", lo, lo + w, version=0)
+        stg_new = build_staging(workdir / f"win-new-{r}.stage", lo, lo + w, version=0)
         empty = workdir / f"win-empty-{r}" / "harvest.duckdb"
         empty.parent.mkdir(parents=True, exist_ok=True)
         from harvest_pipeline.store import connect
@@ -210,7 +210,7 @@ def run_window_cost(args, workdir: Path, *, log=print) -> dict:
         closes["empty catalogue"] += CLOSE_SECONDS
         s_new, c_new, cpu_new = merge_into(big_db, stg_new, window=30_000 + r)
         closes[f"new records into {big:,}"] += CLOSE_SECONDS
-        stg_upd = build_spread_staging(workdir / f"win-upd-{r}.duckdb", w, stride, version=r + 1)
+        stg_upd = build_spread_staging(workdir / f"win-upd-{r}.stage", w, stride, version=r + 1)
         s_upd, c_upd, cpu_upd = merge_into(big_db, stg_upd, window=40_000 + r)
         closes[f"new versions into {big:,}"] += CLOSE_SECONDS
         for key, s_, c_, cpu_ in zip(secs, (s_empty, s_new, s_upd), (c_empty, c_new, c_upd),
@@ -222,7 +222,7 @@ def run_window_cost(args, workdir: Path, *, log=print) -> dict:
             f"new versions into {big:,} {s_upd * 1000:.0f} ms")
         shutil.rmtree(empty.parent, ignore_errors=True)
         for f in (stg_new, stg_upd):
-            f.unlink(missing_ok=True)
+            shutil.rmtree(f, ignore_errors=True)
     base = Stats.of(secs["empty catalogue"]).median
     cpu_base = Stats.of(cpu["empty catalogue"]).median
     rows, out = [], {"window": w, "existing": big, "runs": runs, "cases": {}}
@@ -253,7 +253,7 @@ def run_window_cost(args, workdir: Path, *, log=print) -> dict:
 
 
 def build_spread_staging(path: Path, rows: int, stride: int, *, version: int) -> Path:
-    """A staging file with new versions of `rows` stored records, every `stride`-th identifier."""
+    """A staging folder with new versions of `rows` stored records, every `stride`-th identifier."""
     from harvest_pipeline.store.columns import PAGE_SCHEMA
     from harvest_pipeline.store.staging import StagingWindow
 
@@ -287,9 +287,9 @@ def run_throughput(args, workdir: Path, *, log=print) -> dict:
     step = 100_000  # one merge per 100k rows keeps this process near 2 GB (merge memory grows with N)
     for w, a in enumerate(range(0, m, step)):
         b = min(a + step, m)
-        stg = build_staging(workdir / f"base-stg-{w}.duckdb", a, b, version=0)
+        stg = build_staging(workdir / f"base-stg-{w}.stage", a, b, version=0)
         merge_into(base, stg, window=w)
-        stg.unlink(missing_ok=True)
+        shutil.rmtree(stg, ignore_errors=True)
     log(f"  built in {time.perf_counter() - t:.1f} s")
     n_upd = min(n, m)
     scenarios = {
@@ -301,7 +301,7 @@ def run_throughput(args, workdir: Path, *, log=print) -> dict:
     for name, (lo, hi, version) in scenarios.items():
         if hi <= lo:
             continue
-        stg = build_staging(workdir / f"stg-{name}.duckdb", lo, hi, version=version)
+        stg = build_staging(workdir / f"stg-{name}.stage", lo, hi, version=version)
         secs, counts = [], None
         for r in range(runs):
             db = workdir / f"run-{name}-{r}" / "harvest.duckdb"

@@ -47,7 +47,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         summary["window"] = s.window
         summary["open_cursors"] = [
             {
-                # The partition key the UI and `harvest --from` use, not the staging file's name.
+                # The partition key the UI and `harvest --from` use, not the staging folder's name.
                 "window": ledger_rows[p].partition_key if ledger_rows.get(p) else _partition_key(start),
                 "window_start": start,
                 "state": "running" if window_is_locked(p) else "interrupted",
@@ -84,5 +84,5 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def _partition_key(start: datetime) -> str:
-    """A window's key as Dagster names it, for a staging file the ledger has no row for."""
+    """A window's key as Dagster names it, for a staging folder the ledger has no row for."""
     return start.strftime("%Y-%m-%d" if start.hour == 0 and start.minute == 0 else "%Y-%m-%d-%H:%M")

@@ -140,7 +140,7 @@ class CswLister:
                 raise ProtocolError(
                     f"stored CSW cursor {resume_token!r} is not a startPosition",
                     url=self.client.url,
-                    hint="the staging file belongs to another protocol; delete it and run the window again",
+                    hint="the staging folder belongs to another protocol; delete it and run the window again",
                 )
             start_position = int(token)
         s = self.settings

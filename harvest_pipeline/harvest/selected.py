@@ -1,7 +1,7 @@
 """Re-harvest of selected records by identifier (GetRecord), staged and merged like a window.
 
-Each identifier is fetched with GetRecord; the records go through a staging file of their own
-(`data/staging/<source>/selected-<run_id>.duckdb`) and are merged with the window merge, under a
+Each identifier is fetched with GetRecord; the records go through a staging folder of their own
+(`data/staging/<source>/selected-<run_id>.stage/`) and are merged with the window merge, under a
 pseudo-window [now, now): history rows carry the run id and attempt_id 'selected:<run_id>'.
 
 An identifier the server answers with idDoesNotExist is reported and its local record is left
@@ -90,7 +90,7 @@ def harvest_selected(
     started = time.monotonic()
     ctx = dict(source_id=source.id, window=window.key)
 
-    staging = StagingWindow(Path(db_path).parent / "staging" / source.id / f"selected-{run_id}.duckdb")
+    staging = StagingWindow(Path(db_path).parent / "staging" / source.id / f"selected-{run_id}.stage")
     try:
         staging.start_attempt(attempt_id, "selected")
         try:

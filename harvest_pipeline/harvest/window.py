@@ -40,9 +40,8 @@ Progress = Callable[[dict], None]
 
 log = logging.getLogger(__name__)
 
-# One merge at a time per process: a process shares one DuckDB instance per catalogue file, and
-# the merge attaches the staging file under one name (`stg`) that every connection of the instance
-# sees; sources harvested in threads of one run would otherwise detach each other's.
+# One merge at a time per process: the threads of a run share the process's one catalogue
+# connection (store/session.py), and a merge registers its staged files on it.
 _MERGES_IN_THIS_PROCESS = threading.Lock()
 
 # How often an expired token may restart the window before we give up.

@@ -149,11 +149,6 @@ def add_record_columns_sql(migration: int) -> str:
     )
 
 
-def create_page_records_sql() -> str:
-    """A staging file's `page_records` table (constraints are the catalogue's business)."""
-    return f"CREATE TABLE IF NOT EXISTS page_records (\n{_definitions(PAGE_COLUMN_DEFS, constraints=False)}\n);\n"
-
-
 def __getattr__(name: str):
     if name == "PAGE_SCHEMA":  # the staged page's Arrow schema, built on first use
         import pyarrow as pa

@@ -1,4 +1,4 @@
-"""Merging a window's staging file into the catalogue: classify, upsert, tombstone, history.
+"""Merging a window's staged pages into the catalogue: classify, upsert, tombstone, history.
 
 One transaction per window (the caller opens and commits it, together with the ledger row), so
 the catalogue is locked for this step only. Idempotent: merging the same versions again finds
@@ -122,8 +122,36 @@ def _check_identifiers(con, mismatches_sql: str, expected: int | None = None) ->
         )
 
 
-def _sql_literal_path(path: Path) -> str:
-    return "'" + str(path).replace("'", "''") + "'"
+# The staged Parquet files are read through two views of an in-memory database named `stg`, so the
+# merge's SQL reads `stg.page_records` and `stg.page_quarantine`. A view reads the files that the
+# merging connection's variables list (`SET VARIABLE` belongs to its connection), so merges on
+# different connections of one DuckDB instance never see each other's files. DuckDB reads the
+# files itself: streamed, within its memory limit, only the columns a statement names, and a slice
+# of pages skips the row groups outside it.
+_STAGED = {"page_records": "stg_page_files", "page_quarantine": "stg_quarantine_files"}
+
+
+def _expose_staging(con: duckdb.DuckDBPyConnection, staging_folder: Path) -> None:
+    from harvest_pipeline.store.staging import staged_file_lists
+
+    files = dict(zip(_STAGED, staged_file_lists(staging_folder)))
+    for view, variable in _STAGED.items():
+        con.execute(f"SET VARIABLE {variable} = ?", [files[view]])
+    if con.execute("SELECT count(*) FROM duckdb_databases() WHERE database_name = 'stg'").fetchone()[0]:
+        return
+    # Created once per instance, on a connection of its own: a transaction writes one database
+    # only, and the caller's has the catalogue. (A view binds its names again when it is read, in
+    # the reading connection.)
+    with con.cursor() as setup:
+        setup.execute("ATTACH IF NOT EXISTS ':memory:' AS stg")
+        for view, variable in _STAGED.items():
+            setup.execute(f"SET VARIABLE {variable} = ?", [files[view][:1]])
+            setup.execute(f"CREATE VIEW IF NOT EXISTS stg.{view} AS SELECT * FROM read_parquet(getvariable('{variable}'))")
+
+
+def _hide_staging(con: duckdb.DuckDBPyConnection) -> None:
+    for variable in _STAGED.values():
+        con.execute(f"RESET VARIABLE {variable}")
 
 
 def merge_staging(
@@ -139,21 +167,18 @@ def merge_staging(
     """Apply the staged window to `records` and `record_history`; call inside a transaction.
 
     Memory stays bounded whatever the window's size: the temp tables are narrow (identifier,
-    position, action) and the wide columns (raw XML) stream from the staging file straight into
+    position, action) and the wide columns (raw XML) stream from the staged files straight into
     their destination.
     """
     now = utcnow()
-    if con.execute("SELECT count(*) FROM duckdb_databases() WHERE database_name = 'stg'").fetchone()[0]:
-        con.execute("DETACH stg")  # an earlier merge's on this connection, its transaction over
-    con.execute(f"ATTACH {_sql_literal_path(staging_file)} AS stg (READ_ONLY)")
-    # No DETACH in a `finally`: after an error the transaction is aborted, a DETACH would fail
-    # and hide the real error; the caller's connection is closed anyway.
+    _expose_staging(con, staging_file)
+    # No clean-up in a `finally`: after an error the transaction is aborted, and the next merge on
+    # this connection registers its own files under the same names.
     counts = _merge_attached(
         con, source_id=source_id, window_start=window_start, window_end=window_end,
         run_id=run_id, attempt_id=attempt_id, now=now,
     )
-    # No DETACH here either: duckdb 1.5 refuses to detach, inside the transaction, a file it read,
-    # and the refusal aborts the transaction. The next merge on this connection (or close) detaches it.
+    _hide_staging(con)
     return counts
 
 

@@ -1,7 +1,7 @@
 """Sub-windows of a window that split itself (`harvest_window_parts`, migration 5).
 
 A window that cannot finish whole is harvested as sub-windows (:mod:`harvest_pipeline.harvest.split`).
-Each sub-window has its own staging file (its durable cursor) and its own row here, at any depth;
+Each sub-window has its own staging folder (its durable cursor) and its own row here, at any depth;
 the window's own row in `harvest_windows` says how it was split (`split_into`, `split_reason`)
 and carries the sums of its leaf sub-windows (those not split further).
 """
@@ -26,8 +26,8 @@ SUMMED = (
 
 
 def part_staging_path(db_path: str | Path, source_id: str, start: datetime, end: datetime) -> Path:
-    """data/staging/<source>/parts/<start>-<end>.duckdb: a sub-window's own cursor and pages."""
-    name = f"{start:%Y%m%dT%H%M%S}-{end:%Y%m%dT%H%M%S}.duckdb"
+    """data/staging/<source>/parts/<start>-<end>.stage: a sub-window's own cursor and pages."""
+    name = f"{start:%Y%m%dT%H%M%S}-{end:%Y%m%dT%H%M%S}.stage"
     return Path(db_path).parent / "staging" / source_id / "parts" / name
 
 

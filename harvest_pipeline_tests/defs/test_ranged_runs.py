@@ -43,10 +43,11 @@ def test_ranged_run_records_each_window_and_a_failing_window_does_not_stop_the_o
     assert defs.resolve_assets_def(ASSET).backfill_policy == dg.BackfillPolicy.multi_run(5)
     windows = [day_window(n) for n in (6, 5, 4, 3, 2)]
     broken = windows[2]
-    # A directory where the window's staging file belongs: that window's harvest raises (a file
-    # that is merely unreadable would be started over).
+    # A file where the window's staging folder belongs: that window's harvest raises (a folder
+    # whose cursor is merely unreadable would be started over).
     path = staging_path(db_path, "demo", broken.start)
-    path.mkdir(parents=True)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"")
 
     job = window_job(defs, "demo")
     with dg.instance_for_test() as instance:
@@ -85,7 +86,7 @@ def test_ranged_run_records_each_window_and_a_failing_window_does_not_stop_the_o
         assert watermark is None  # the first windows (day 7, 8) were never harvested
 
         # The failed window alone, retried: a single-partition run as before ranged runs.
-        path.rmdir()
+        path.unlink()
         retry = job.execute_in_process(instance=instance, partition_key=broken.key)
         assert retry.success
         [mat] = retry.get_asset_materialization_events()
@@ -137,7 +138,8 @@ def test_a_batch_run_harvests_several_sources_and_a_failing_window_fails_alone(d
     windows = [day_window(n) for n in (4, 3, 2)]
     broken = windows[1]
     path = staging_path(db_path, "beta", broken.start)
-    path.mkdir(parents=True)  # beta's second window raises
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"")  # beta's second window raises
     plan = {"alpha": [w.key for w in windows], "beta": [w.key for w in windows]}
     with dg.instance_for_test() as instance:
         result = defs.resolve_job_def(BATCH_JOB).execute_in_process(

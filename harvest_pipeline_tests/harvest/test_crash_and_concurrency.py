@@ -115,3 +115,28 @@ def test_status_tells_an_interrupted_window_from_a_running_one(shared_demo, tmp_
     assert not window_is_locked(staging)  # the killed run left its cursor, not its lock
     with StagingWindow(staging):
         assert window_is_locked(staging)
+
+
+def test_killed_between_a_page_file_and_its_cursor_fetches_only_that_page_again(tunable_demo, tmp_path):
+    from harvest_pipeline.store.staging import open_staging_files
+
+    window, source = day_window(2), demo_source(tunable_demo)
+    before = tunable_demo.faults()["requests"]
+    clean = harvest_window(source, window, db_path=tmp_path / "clean" / "h.duckdb")
+    clean_requests = tunable_demo.faults()["requests"] - before  # Identify and every page
+    assert clean.pages >= 3
+
+    db = tmp_path / "h.duckdb"
+    proc = _child(tunable_demo.url, db, window, crashpoint="mid-page-write:2", extra_env={"HARVEST_STAGING_COMMIT_ROWS": "1"})
+    proc.wait(timeout=120)
+    assert proc.returncode == -9, proc.stderr.read()
+    [staging] = open_staging_files(db)
+    assert len(list(staging.glob("rows-[0-9]*.parquet"))) == 2  # page 2's rows reached the disk, its cursor did not
+
+    before = tunable_demo.faults()["requests"]
+    report = harvest_window(source, window, db_path=db)
+    assert report.resumed and report.restarts == 0 and report.status == ledger.VERIFIED
+    # Page 1 was committed: not asked for again; page 2 was, once.
+    assert tunable_demo.faults()["requests"] - before == clean_requests - 1
+    assert records_table(db) == records_table(tmp_path / "clean" / "h.duckdb")
+    assert open_staging_files(db) == []

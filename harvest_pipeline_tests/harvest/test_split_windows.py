@@ -82,8 +82,8 @@ def test_a_window_whose_tokens_expire_splits_into_days_and_verifies_with_the_pro
         (w.start.replace(tzinfo=None), w.end.replace(tzinfo=None), 1, "verified") for w in sub_windows(window, None, window.key)
     ]
     assert received == stored == size == sum(p["received"] for p in parts) == sum(p["complete_list_size"] for p in parts)
-    # Every sub-window's cursor was its own file, and each is gone once merged.
-    assert not list((db_path.parent / "staging").rglob("*.duckdb"))
+    # Every sub-window's cursor was its own folder, and each is gone once merged.
+    assert not list((db_path.parent / "staging").rglob("*.stage"))
 
 
 def test_timeouts_on_large_ranges_split_again_until_the_server_answers(demo, db_path, clean):

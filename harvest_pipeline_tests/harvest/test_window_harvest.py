@@ -7,12 +7,11 @@ import sys
 import time
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from harvest_pipeline.harvest import harvest_window
 from harvest_pipeline.store import connect, ledger
-from harvest_pipeline.store.staging import open_staging_files
+from harvest_pipeline.store.staging import StagingWindow, open_staging_files
 from harvest_pipeline_tests.conftest import day_window, demo_source, records_table, window_stats
 
 pytestmark = pytest.mark.integration
@@ -96,8 +95,8 @@ def test_killed_mid_window_resumes_from_its_cursor_and_ends_like_an_uninterrupte
     )
     assert proc.returncode == -9, proc.stderr  # it really died by SIGKILL
     [staging] = open_staging_files(crashed_db)
-    with duckdb.connect(str(staging), read_only=True) as con:
-        pages, token = con.execute("SELECT pages, token FROM window_cursor").fetchone()
+    with StagingWindow(staging) as opened:
+        pages, token = opened.cursor().pages, opened.cursor().token
     assert pages == 2 and token  # two pages committed, the third page's token persisted
 
     report = harvest_window(source, window, db_path=crashed_db)

@@ -6,18 +6,18 @@ from datetime import datetime, timezone
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from harvest_pipeline.formats import ROW_KEYS
 from harvest_pipeline.store import ensure_schema
 from harvest_pipeline.store.columns import (
     NORMALIZED_COLUMNS,
-    PAGE_COLUMN_DEFS,
     PAGE_COLUMNS,
     PAGE_SCHEMA,
     RECORD_COLUMNS,
 )
 from harvest_pipeline.store.merge import merge_staging
-from harvest_pipeline.store.staging import StagingWindow
+from harvest_pipeline.store.staging import StagingWindow, staged_datasets
 
 
 def test_the_migrated_records_table_is_the_declaration():
@@ -31,9 +31,15 @@ def test_the_migrated_records_table_is_the_declaration():
     assert table == declared
 
 
-def test_a_fresh_staging_file_is_the_page_declaration(tmp_path):
-    with StagingWindow(tmp_path / "w.duckdb") as staging:
-        names = [r[0] for r in staging.con.execute("DESCRIBE page_records").fetchall()]
+def test_a_staged_page_file_is_the_page_declaration(tmp_path):
+    row = {c: [None] for c in PAGE_COLUMNS}
+    row.update(page_number=[1], seq=[0], identifier=["id-1"], deleted=[False], in_window=[True])
+    with StagingWindow(tmp_path / "w.stage") as staging:
+        staging.start_attempt("run", "key")
+        staging.write_page(pa.table(row, schema=PAGE_SCHEMA), next_token=None, complete_list_size=1,
+                           response_date=None, warnings=[])
+    [page_file] = (tmp_path / "w.stage").glob("rows-[0-9]*.parquet")
+    names = pq.read_schema(page_file).names
     assert names == list(PAGE_COLUMNS) == PAGE_SCHEMA.names
 
 
@@ -41,15 +47,10 @@ def test_every_mapper_key_but_dates_is_a_normalized_column():
     assert set(NORMALIZED_COLUMNS) == set(ROW_KEYS) - {"dates"}
 
 
-def test_a_staging_file_with_the_old_column_order_still_takes_pages(tmp_path):
-    """A window interrupted before an upgrade resumes into a file laid out by the old version."""
-    path = tmp_path / "old.duckdb"
+def test_a_page_in_another_column_order_is_staged_and_merged_by_name(tmp_path):
+    """Rows built by another version (or by hand) in another column order are staged by name."""
     old_order = ["page_number", "seq", "identifier", "datestamp", "datestamp_raw", "deleted", "in_window"]
-    types = {c.name: c.sql for c in PAGE_COLUMN_DEFS}
-    rest = [c for c in PAGE_COLUMNS if c not in old_order]
-    con = duckdb.connect(str(path))
-    con.execute(f"CREATE TABLE page_records ({', '.join(f'{c} {types[c]}' for c in old_order + rest)})")
-    con.close()
+    path = tmp_path / "w.stage"
 
     row = {c: [None] for c in PAGE_COLUMNS}
     row.update(page_number=[1], seq=[0], identifier=["id-1"], datestamp=[datetime(2026, 1, 1)],
@@ -57,10 +58,11 @@ def test_a_staging_file_with_the_old_column_order_still_takes_pages(tmp_path):
                metadata_prefix=["oai_dc"], metadata_xml=["<x/>"], content_hash=["h"], title=["T"])
     with StagingWindow(path) as staging:
         staging.start_attempt("run", "key")
-        staging.write_page(pa.table(row, schema=PAGE_SCHEMA), next_token=None, complete_list_size=1,
-                           response_date=None, warnings=[])
-        stored = staging.con.execute("SELECT identifier, in_window, title FROM page_records").fetchall()
-    assert stored == [("id-1", True, "T")]
+        reordered = pa.table(row, schema=PAGE_SCHEMA).select(old_order + [c for c in PAGE_COLUMNS if c not in old_order])
+        assert reordered.schema.names != PAGE_SCHEMA.names
+        staging.write_page(reordered, next_token=None, complete_list_size=1, response_date=None, warnings=[])
+    stored = staged_datasets(path)[0].to_table(columns=["identifier", "in_window", "title"]).to_pylist()
+    assert stored == [{"identifier": "id-1", "in_window": True, "title": "T"}]
 
     catalogue = duckdb.connect(str(tmp_path / "harvest.duckdb"))
     ensure_schema(catalogue)

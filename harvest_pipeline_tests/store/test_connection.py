@@ -72,11 +72,10 @@ def test_catalog_sensor_ticks_while_another_sensor_holds_the_catalogue_for_writi
     assert len(result.run_requests) == 1
 
 
-def test_the_catalogue_and_staging_files_are_written_in_small_row_groups(tmp_path):
-    """A checkpoint holds about one row group in memory: both files are opened with 16,384 rows
+def test_the_catalogue_is_written_in_small_row_groups(tmp_path):
+    """A checkpoint holds about one row group in memory: the catalogue is opened with 16,384 rows
     per row group (an option of the open, not of the file), not DuckDB's 122,880."""
     from harvest_pipeline.store.connection import CATALOGUE_ROW_GROUP_SIZE
-    from harvest_pipeline.store.staging import STAGING_ROW_GROUP_SIZE, StagingWindow
 
     db = tmp_path / "harvest.duckdb"
     with connect(db) as con:
@@ -84,13 +83,6 @@ def test_the_catalogue_and_staging_files_are_written_in_small_row_groups(tmp_pat
         con.execute("CHECKPOINT")
         groups = con.execute("SELECT max(count) FROM pragma_storage_info('wide')").fetchone()[0]
     assert groups <= CATALOGUE_ROW_GROUP_SIZE == 16_384
-    staging = StagingWindow(tmp_path / "staging" / "w.duckdb")
-    try:
-        staging.con.execute("CREATE TABLE wide AS SELECT range AS i FROM range(50000)")
-        staging.con.execute("CHECKPOINT")
-        assert staging.con.execute("SELECT max(count) FROM pragma_storage_info('wide')").fetchone()[0] <= STAGING_ROW_GROUP_SIZE
-    finally:
-        staging.release()
 
 
 def test_connections_of_one_process_share_the_catalogue_and_the_last_close_frees_the_file(tmp_path):

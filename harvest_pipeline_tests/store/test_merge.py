@@ -261,6 +261,7 @@ def test_a_large_window_is_merged_in_slices_with_the_same_result(db, monkeypatch
     with connect(db) as con:
         con.execute("BEGIN TRANSACTION")
         counts = merge_staging(con, path, source_id="src", window_start=W0, window_end=W1, run_id="run", attempt_id="run")
+        merge_module._expose_staging(con, path)  # the merge hid its staged files when done
         slices = merge_module._page_slices(con)
         con.execute("COMMIT")
         stored = con.execute("SELECT identifier, metadata_xml, deleted FROM records ORDER BY 1").fetchall()
