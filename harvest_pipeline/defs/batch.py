@@ -14,6 +14,7 @@ Run config (the sensor writes it; the launchpad accepts it too):
 """
 
 
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -25,6 +26,7 @@ from harvest_pipeline.defs.assets import EventRecorder, WindowRun, asset_key_for
 from harvest_pipeline.defs.report import progress_logger
 from harvest_pipeline.harvest import stop
 from harvest_pipeline.sources import SourceConfig
+from harvest_pipeline.store.connection import THREADS_ENV
 from harvest_pipeline.store.session import close_all as close_sessions
 
 BATCH_JOB = "harvest_windows"
@@ -93,6 +95,10 @@ def build_batch_job(sources: list[SourceConfig], partitions_by_source: dict) -> 
                 with guard:
                     failed[source_id] = bad
 
+        # The sources' threads are the run's parallelism: DuckDB's own threads only add the CPU of
+        # scheduling each small window's statements (~15% of a 100-record window's, measured).
+        # Set before the process opens the catalogue; HARVEST_DUCKDB_THREADS wins when given.
+        os.environ.setdefault(THREADS_ENV, "1")
         with stop.handling_signals():
             context.log.info(f"harvesting {sum(map(len, plan.values()))} window(s) of {len(plan)} source(s) at once")
             try:

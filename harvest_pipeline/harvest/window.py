@@ -40,9 +40,11 @@ Progress = Callable[[dict], None]
 
 log = logging.getLogger(__name__)
 
-# One merge at a time per process: the threads of a run share the process's one catalogue
-# connection (store/session.py), and a merge registers its staged files on it.
-_MERGES_IN_THIS_PROCESS = threading.Lock()
+# Merges at once per process: each runs in its own transaction on its own cursor of the process's
+# catalogue (store/session.py), with its staged files on that cursor; two keep both cores of a
+# small machine busy, more only queue for them (and for memory: a merge may take DuckDB's limit).
+MERGES_AT_ONCE = 2
+_MERGES_IN_THIS_PROCESS = threading.BoundedSemaphore(MERGES_AT_ONCE)
 
 # How often an expired token may restart the window before we give up.
 MAX_RESTARTS = 2

@@ -20,6 +20,9 @@ from harvest_pipeline.errors import HarvestError, StoreLockedError
 
 DEFAULT_DB_PATH = "data/harvest.duckdb"
 DEFAULT_MEMORY_LIMIT = "128MB"
+# DuckDB's threads per catalogue instance (default: one per core). Batch runs set 1: their sources'
+# threads are the parallelism, and a small window's statements cost ~15% less CPU on one thread.
+THREADS_ENV = "HARVEST_DUCKDB_THREADS"
 
 
 def default_db_path() -> Path:
@@ -64,7 +67,9 @@ def connection_config(db_path: str | Path) -> dict:
     """
     spill_root = Path(db_path).parent / "duckdb_tmp"
     spill_root.mkdir(parents=True, exist_ok=True)  # DuckDB makes the last level only
+    threads = os.environ.get(THREADS_ENV)
     return {
+        **({"threads": int(threads)} if threads else {}),
         "memory_limit": os.environ.get("HARVEST_DUCKDB_MEMORY_LIMIT") or DEFAULT_MEMORY_LIMIT,
         # One folder per process: DuckDB names its spill files the same in every process.
         "temp_directory": str(spill_root / str(os.getpid())),

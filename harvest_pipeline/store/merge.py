@@ -8,6 +8,7 @@ every record 'unchanged' and rewrites nothing in `records`.
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -129,6 +130,9 @@ def _check_identifiers(con, mismatches_sql: str, expected: int | None = None) ->
 # files itself: streamed, within its memory limit, only the columns a statement names, and a slice
 # of pages skips the row groups outside it.
 _STAGED = {"page_records": "stg_page_files", "page_quarantine": "stg_quarantine_files"}
+# Merges of a batch run's sources run side by side, on cursors of one instance: the first ones
+# would create the views together, and DuckDB refuses two transactions creating one name.
+_CREATING_VIEWS = threading.Lock()
 
 
 def _expose_staging(con: duckdb.DuckDBPyConnection, staging_folder: Path) -> None:
@@ -137,8 +141,12 @@ def _expose_staging(con: duckdb.DuckDBPyConnection, staging_folder: Path) -> Non
     files = dict(zip(_STAGED, staged_file_lists(staging_folder)))
     for view, variable in _STAGED.items():
         con.execute(f"SET VARIABLE {variable} = ?", [files[view]])
-    if con.execute("SELECT count(*) FROM duckdb_databases() WHERE database_name = 'stg'").fetchone()[0]:
-        return
+    with _CREATING_VIEWS:
+        if not con.execute("SELECT count(*) FROM duckdb_databases() WHERE database_name = 'stg'").fetchone()[0]:
+            _create_views(con, files)
+
+
+def _create_views(con: duckdb.DuckDBPyConnection, files: dict[str, list[str]]) -> None:
     # Created once per instance, on a connection of its own: a transaction writes one database
     # only, and the caller's has the catalogue. (A view binds its names again when it is read, in
     # the reading connection.)

@@ -321,11 +321,29 @@ def test_another_process_opens_the_catalogue_while_the_sequence_fetches_between_
     assert opened == [(0, "2", "")]
 
 
-def test_sources_harvested_in_threads_of_one_process_do_not_break_each_others_merges(demo40, db_path):
-    """One process shares one DuckDB instance per file, and a merge attaches its staging file
-    under one name: merges of sources harvested side by side in threads (a batch run) take turns."""
+def test_sources_harvested_in_threads_of_one_process_do_not_break_each_others_merges(demo40, db_path, monkeypatch):
+    """One process shares one DuckDB instance per file: merges of sources harvested side by side
+    in threads (a batch run) run two at a time, each on its own cursor with its own staged files."""
+    from harvest_pipeline.harvest import window as window_module
+
     windows = [day_window(n) for n in (6, 5, 4, 3, 2)]
     outcomes: dict[str, list] = {}
+    merging, most_merging = [0], [0]
+    count_lock = threading.Lock()
+    real_merge = window_module.merge_staging
+
+    def slow_merge(*args, **kw):  # long enough for the other sources' merges to arrive meanwhile
+        with count_lock:
+            merging[0] += 1
+            most_merging[0] = max(most_merging[0], merging[0])
+        try:
+            time.sleep(0.3)
+            return real_merge(*args, **kw)
+        finally:
+            with count_lock:
+                merging[0] -= 1
+
+    monkeypatch.setattr(window_module, "merge_staging", slow_merge)
 
     def harvest(source_id: str) -> None:
         outcomes[source_id] = harvest_windows(demo_source(demo40, id=source_id), windows, db_path=db_path)
@@ -341,6 +359,7 @@ def test_sources_harvested_in_threads_of_one_process_do_not_break_each_others_me
         counts = dict(con.execute("SELECT source_id, count(*) FROM records GROUP BY 1").fetchall())
     total = sum(window_stats(demo40, w)["total"] for w in windows)
     assert counts == {"a": total, "b": total, "c": total}
+    assert most_merging[0] == window_module.MERGES_AT_ONCE  # side by side, never more
 
 
 OPEN_THROUGH_THE_STORE = """
