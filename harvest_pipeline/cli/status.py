@@ -45,15 +45,17 @@ def cmd_status(args: argparse.Namespace) -> int:
         summary["lag_seconds"] = (now - wm).total_seconds() if wm else None
         summary["url"] = redact_text(s.url)  # the source's secrets are registered at load
         summary["window"] = s.window
-        summary["open_cursors"] = [
-            {
+        summary["open_cursors"] = []
+        for p, start in staging[s.id].items():
+            running = window_is_locked(p)
+            if not running and not p.exists():
+                continue  # merged and removed by its run since it was listed: no open cursor
+            summary["open_cursors"].append({
                 # The partition key the UI and `harvest --from` use, not the staging folder's name.
                 "window": ledger_rows[p].partition_key if ledger_rows.get(p) else _partition_key(start),
                 "window_start": start,
-                "state": "running" if window_is_locked(p) else "interrupted",
-            }
-            for p, start in staging[s.id].items()
-        ]
+                "state": "running" if running else "interrupted",
+            })
         summary["failing_windows"] = [{"window": w, "status": st, "error": redact_text(e) if e else e}
                                       for w, st, e in failing[s.id]]
         out.append(summary)
