@@ -34,8 +34,8 @@ STAGES = [
     ("metadata serialization (exclusive C14N, in page_rows)", [("oai/parse.py", "serialize_records")]),
     ("format mapping (formats/, map_record)", [("formats/registry.py", "map_record")]),
     ("content hash (blake2b)", [("harvest/rows.py", "content_hash")]),
-    ("staging write per page (DuckDB insert + cursor update)", [("store/staging.py", "write_page")]),
-    ("cursor re-read per page (progress events)", [("store/staging.py", "cursor")]),
+    ("staging commit (a Parquet file + the cursor, synced)", [("store/staging.py", "commit_pages")]),
+    ("cursor read per page (progress events, in memory)", [("store/staging.py", "cursor")]),
     ("merge_staging (DuckDB classify/upsert/history)", [("store/merge.py", "merge_staging")]),
     ("catalogue/staging opens + schema", [("store/connection.py", "connect"), ("store/connection.py", "open_with_retry")]),
 ]
@@ -88,8 +88,8 @@ def suggestions(stages: list[tuple[str, float, str]], total: float, wall_s: floa
     if prefetching:
         out.append(
             f"Fetch + parse + rows already run in a prefetch thread (harvest/prefetch.py), so the writer thread's"
-            f" {pct('staging write') + pct('cursor re-read') + pct('merge_staging') + pct('harvest_window self'):.0f}%"
-            " (DuckDB) is now the critical path: CPU "
+            f" {pct('staging commit') + pct('cursor read') + pct('merge_staging') + pct('harvest_window self'):.0f}%"
+            " (staging files, DuckDB) is now the critical path: CPU "
             + (f"{cpu_s:.1f} s in {wall_s:.1f} s wall. " if cpu_s and wall_s else ". ")
             + "The next overlap is to let the prefetch depth cover a whole staging batch (see 2), and to move"
             " mapping/Arrow building off the GIL-holding path (a process pool) if the writer still waits.")
@@ -103,11 +103,9 @@ def suggestions(stages: list[tuple[str, float, str]], total: float, wall_s: floa
             " page k is parsed, mapped and committed; requests and lxml release the GIL while waiting/parsing. The"
             " durable cursor is unaffected if only the fetch is ahead, never the commit.")
     out.append(
-        f"Batch the staging writes: write_page is {pct('staging write'):.0f}% (one DuckDB transaction, one"
-        " register/INSERT and one UPDATE per page) and the cursor re-read for progress events is"
-        f" {pct('cursor re-read'):.0f}%. Keep cursor counters in memory (the progress event needs no SELECT),"
-        " and commit every K pages or every ~5,000 rows in one Arrow insert (resume then re-fetches at most K"
-        " pages, which is still correct because tokens are replayed from the last committed one).")
+        f"Staging commits are {pct('staging commit'):.0f}% (a Parquet file and the cursor per commit, each"
+        " synced; commits batch pages up to HARVEST_STAGING_COMMIT_ROWS rows or 2 s), the cursor read for"
+        f" progress events {pct('cursor read'):.0f}% (in memory).")
     out.append(
         f"Format mapping is {pct('format mapping'):.0f}%: it walks the lxml tree in Python per field (text(), clean(),"
         " dedupe()). Options: one pass over the children dispatching on tag (instead of one lookup per field),"

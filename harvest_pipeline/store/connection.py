@@ -171,16 +171,13 @@ class _SharedCatalogue:
 
 
 def open_with_retry(
-    path: str | Path, *, read_only: bool = False, wait_seconds: float = 120.0, settings: dict | None = None,
-    row_group_size: int | None = None, shared: bool = False,
+    path: str | Path, *, read_only: bool = False, wait_seconds: float = 120.0, shared: bool = False,
 ) -> duckdb.DuckDBPyConnection:
-    """Connect, waiting for another process's lock; `settings` override :func:`connection_config`.
+    """Connect with :func:`connection_config`, waiting for another process's lock.
 
-    `row_group_size`: rows per row group of the tables written through this connection (DuckDB's
-    default is 122,880). A checkpoint holds about one row group of a table in memory, so a file
-    of wide rows written by one process at a time (a staging file) is opened with a smaller one.
     `shared`: the catalogue, opened with CATALOGUE_ROW_GROUP_SIZE and shared within this process
-    (close it with :func:`close_catalogue`)."""
+    (close it with :func:`close_catalogue`); otherwise a plain connection of its own (the
+    reconciliation's scratch file)."""
     path = Path(path)
     if not read_only:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -188,10 +185,10 @@ def open_with_retry(
     delay = 0.02
     while True:
         try:
-            config = {**connection_config(path), **(settings or {})}
+            config = connection_config(path)
             if shared:
                 return _SharedCatalogue.cursor(path, read_only, config)
-            return _connect(path, read_only, config, row_group_size)
+            return _connect(path, read_only, config, None)
         except (duckdb.IOException, duckdb.ConnectionException, duckdb.InvalidInputException, duckdb.BinderException) as exc:
             if _is_being_created(exc, path) and time.monotonic() < deadline:
                 time.sleep(0.05)
