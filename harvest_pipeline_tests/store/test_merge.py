@@ -179,17 +179,24 @@ def test_the_window_finds_its_stored_rows_by_key_also_rows_written_without_one(d
     assert [row[1] for row in table] == ["a", "b", "c"]
 
 
-def test_migration_4_gives_rows_stored_before_it_their_key(tmp_path):
+def _catalogue_at_version(path, version: int):
+    """A catalogue file with the first `version` migrations applied, as an older release left it."""
     import duckdb
 
-    from harvest_pipeline.store.schema import MIGRATIONS, ensure_schema
+    from harvest_pipeline.store.schema import MIGRATIONS
 
-    path = tmp_path / "old.duckdb"
     con = duckdb.connect(str(path))
     con.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at TIMESTAMP NOT NULL)")
-    for number, sql in MIGRATIONS[:3]:
+    for number, sql in MIGRATIONS[:version]:
         con.execute(sql)
         con.execute("INSERT INTO schema_migrations VALUES (?, now())", [number])
+    return con
+
+
+def test_migration_4_gives_rows_stored_before_it_their_key(tmp_path):
+    from harvest_pipeline.store.schema import ensure_schema
+
+    con = _catalogue_at_version(tmp_path / "old.duckdb", 3)
     con.execute(
         "INSERT INTO records (source_id, identifier, deleted, first_seen_at, written_at)"
         " VALUES ('src', 'old-1', false, now(), now()), ('src', 'old-2', true, now(), now())"
@@ -205,14 +212,10 @@ def test_migration_6_drops_the_records_key_and_keeps_every_row(tmp_path):
     kept, no PRIMARY KEY (its in-memory index grew with the catalogue); merges go on as before."""
     import duckdb
 
-    from harvest_pipeline.store.schema import MIGRATIONS, ensure_schema
+    from harvest_pipeline.store.schema import ensure_schema
 
     path = tmp_path / "cat.duckdb"
-    con = duckdb.connect(str(path))
-    con.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at TIMESTAMP NOT NULL)")
-    for number, sql in MIGRATIONS[:5]:
-        con.execute(sql)
-        con.execute("INSERT INTO schema_migrations VALUES (?, now())", [number])
+    con = _catalogue_at_version(path, 5)
     con.execute(
         f"INSERT INTO records (source_id, identifier, title, deleted, first_seen_at, written_at, identifier_key)"
         f" SELECT 'src', 'old-' || i, 'title ' || i, i % 2 = 0, now(), now(), {identifier_key_sql(chr(39) + 'old-' + chr(39) + ' || i')}"
