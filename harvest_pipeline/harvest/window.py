@@ -326,7 +326,6 @@ class WindowHarvest:
             raise RuntimeError(f"source {self.source.id}, window {self.window.key}: merge() before traverse()")
         source, window, run_id, staging, cursor = self.source, self.window, self.run_id, self.staging, self.cursor
         try:
-            duplicates, examples = staging.duplicate_identifiers()
             outside = staging.outside_window_count()
             staging.close()
             lister, quirks, known_quirks, full = self.lister, self.quirks, self.known_quirks, self.full
@@ -348,7 +347,8 @@ class WindowHarvest:
                     warnings.append(f"server quirk(s) detected and remembered for this source: {', '.join(sorted(new_quirks))}")
                 checks = evaluate_checks(
                     counts=counts, complete_list_size=cursor.complete_list_size, pages=cursor.pages,
-                    duplicates=duplicates, duplicate_examples=examples, cursor_closed=cursor.closed,
+                    duplicates=counts.duplicates, duplicate_examples=list(counts.duplicate_examples),
+                    cursor_closed=cursor.closed,
                     outside_window=0 if full else outside,
                 )
                 status = _status_for(checks)
@@ -360,7 +360,7 @@ class WindowHarvest:
                     updated=counts.updated, unchanged=counts.unchanged, deleted=counts.deleted,
                     revived=counts.revived, restored=counts.restored, stale=counts.stale, upserted=counts.upserted,
                     quarantined=counts.quarantined, repaired_chars=cursor.repaired, pages=cursor.pages,
-                    duplicates=duplicates, cursor_closed=cursor.closed,
+                    duplicates=counts.duplicates, cursor_closed=cursor.closed,
                     check_complete="passed" if checks["complete"].passed else ("unproven" if checks["complete"].severity == "warn" else "failed"),
                     check_duplicates="passed" if checks["no_duplicates"].passed else "failed",
                     check_cursor="passed" if checks["cursor_closed"].passed else "failed",
@@ -382,8 +382,8 @@ class WindowHarvest:
         return WindowReport(
             source_id=source.id, window=window, status=status, run_id=run_id, attempt_id=cursor.attempt_id,
             from_param=self.from_param, until_param=self.until_param, pages=cursor.pages,
-            complete_list_size=cursor.complete_list_size, counts=counts, duplicates=duplicates,
-            duplicate_examples=examples, cursor_closed=cursor.closed, outside_window=outside,
+            complete_list_size=cursor.complete_list_size, counts=counts, duplicates=counts.duplicates,
+            duplicate_examples=list(counts.duplicate_examples), cursor_closed=cursor.closed, outside_window=outside,
             resumed=self.resumed, restarts=self.restarts, warnings=warnings, seconds=time.monotonic() - self.started,
             checks=checks, repaired=cursor.repaired,
         )

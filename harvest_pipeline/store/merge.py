@@ -21,6 +21,9 @@ from harvest_pipeline.store.backend import EMBEDDED, dialect
 from harvest_pipeline.store.columns import DROPPED_BY_TOMBSTONE, VALUE_COLUMNS, identifier_key_sql
 
 _ACTIONS = ("created", "updated", "unchanged", "deleted", "revived", "restored", "stale")
+# Identifiers listed more than once that a merge names (the duplicates check's message).
+DUPLICATE_EXAMPLES = 5
+
 # History actions after which `records` held the received version.
 _STORING_ACTIONS = ("created", "updated", "unchanged", "deleted", "revived", "restored")
 
@@ -40,6 +43,12 @@ class MergeCounts:
     stale: int
     quarantined: int = 0  # unparseable records plus records whose metadata could not be mapped
     quarantined_unparsed: int = 0
+    duplicate_examples: tuple[str, ...] = ()  # identifiers listed more than once, the first few
+
+    @property
+    def duplicates(self) -> int:
+        """Listings that repeat an identifier already listed in this traversal."""
+        return self.received - self.distinct_received
 
     @property
     def upserted(self) -> int:
@@ -226,7 +235,7 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
         f"""
         CREATE OR REPLACE TEMP TABLE latest AS
         SELECT identifier, max(page_number::BIGINT * 1000000 + seq) AS pos,
-               {identifier_key_sql('identifier')} AS identifier_key
+               {identifier_key_sql('identifier')} AS identifier_key, count(*) AS listed
         FROM stg.page_records GROUP BY identifier
         """
     )
@@ -368,6 +377,9 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     # stored, identical or older than the stored one.
     stored = int(inserted) + int(updated) + int(by_action.get("unchanged", 0)) + int(by_action.get("stale", 0))
     distinct = con.execute("SELECT count(*) FROM classified").fetchone()[0]
+    examples = [r[0] for r in con.execute(
+        "SELECT identifier FROM latest WHERE listed > 1 ORDER BY identifier LIMIT ?", [DUPLICATE_EXAMPLES]
+    ).fetchall()] if received > distinct else []
     con.execute("DROP TABLE classified")
     con.execute("DROP TABLE stored")
     con.execute("DROP TABLE stored_before")
@@ -378,6 +390,7 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
         stored=int(stored),
         quarantined=int(quarantined),
         quarantined_unparsed=int(unparsed),
+        duplicate_examples=tuple(examples),
         **{a: int(by_action.get(a, 0)) for a in _ACTIONS},
     )
 

@@ -53,10 +53,6 @@ STAGING_COMMIT_ROWS_ENV = "HARVEST_STAGING_COMMIT_ROWS"
 DEFAULT_STAGING_COMMIT_ROWS = 1_000
 STAGING_COMMIT_SECONDS = 2.0
 
-# Up to this many staged rows, the duplicate count is computed in Arrow (the identifiers in memory);
-# above it DuckDB counts them within a bounded memory (spilling to the staging folder).
-_SMALL_WINDOW_ROWS = 200_000
-
 
 def staging_commit_rows() -> int:
     """Rows staged before a commit (HARVEST_STAGING_COMMIT_ROWS; 0 or 1: every page)."""
@@ -278,32 +274,6 @@ class StagingWindow:
         _write_cursor(self.path, state)
         self._state = state
 
-    def duplicate_identifiers(self, limit: int = 5) -> tuple[int, list[str]]:
-        """How many received rows repeat an identifier already received in this traversal."""
-        if not self._state or not self._state["received"]:
-            return 0, []
-        files = [str(f) for f, _, _ in staged_files(self.path)[0]]
-        if self._state["received"] <= _SMALL_WINDOW_ROWS:
-            import pyarrow.compute as pc
-            import pyarrow.parquet as pq
-
-            identifiers = pa.concat_tables([pq.read_table(f, columns=["identifier"]) for f in files])
-            counts = pc.value_counts(identifiers.column("identifier").combine_chunks())
-            repeated = counts.filter(pc.greater(counts.field("counts"), 1))
-            total = int(pc.sum(repeated.field("counts")).as_py() or 0) - len(repeated)
-            return total, sorted(v.as_py() for v in repeated.field("values"))[:limit]
-        import duckdb
-
-        spill = self.path / "spill"
-        with duckdb.connect(config={"memory_limit": "64MB", "threads": 1, "temp_directory": str(spill)}) as con:
-            total = con.execute("SELECT count(*) - count(DISTINCT identifier) FROM read_parquet(?)", [files]).fetchone()[0]
-            examples = [r[0] for r in con.execute(
-                "SELECT identifier FROM read_parquet(?) GROUP BY identifier HAVING count(*) > 1 ORDER BY 1 LIMIT ?",
-                [files, limit],
-            ).fetchall()]
-        shutil.rmtree(spill, ignore_errors=True)
-        return int(total), examples
-
     def outside_window_count(self) -> int:
         return int(self._state["outside_window"]) if self._state else 0
 
@@ -470,7 +440,7 @@ def _load_cursor(folder: Path) -> dict | None:
             else:
                 quarantine_files += 1
         elif entry.is_dir():
-            shutil.rmtree(entry, ignore_errors=True)  # a duplicate count's spill
+            shutil.rmtree(entry, ignore_errors=True)  # not ours (an earlier version's duplicate-count spill)
         else:
             entry.unlink(missing_ok=True)
     if state is not None and (

@@ -91,6 +91,23 @@ def test_duplicate_listing_in_one_window_counts_once(db):
     assert len(table) == 1
 
 
+def test_the_merge_counts_repeated_listings_and_names_them(db, monkeypatch):
+    """The duplicates check reads the merge's counts: listings beyond the first of an identifier,
+    the first few repeated identifiers by name; a window merged in slices says the same."""
+    from harvest_pipeline.store import merge as merge_module
+
+    t = W0 + timedelta(hours=1)
+    listed = ["b", "a", "b", "a", "c"]
+    counts, _ = _merge(db, [(i, t, False, f"<x>{i}</x>") for i in listed])
+    assert (counts.duplicates, counts.duplicate_examples) == (2, ("a", "b"))
+    monkeypatch.setattr(merge_module, "DUPLICATE_EXAMPLES", 1)
+    monkeypatch.setattr(merge_module, "MERGE_SLICE_ROWS", 1)
+    counts, _ = _merge(db, [(i, t, False, f"<x>{i}</x>") for i in listed], run="again")
+    assert (counts.duplicates, counts.duplicate_examples) == (2, ("a",))
+    counts, _ = _merge(db, [("a", t, False, "<x>a</x>")], run="once")
+    assert (counts.duplicates, counts.duplicate_examples) == (0, ())
+
+
 def test_tombstone_for_unknown_record_is_kept_as_deleted_row(db):
     counts, table = _merge(db, [("ghost", W0 + timedelta(hours=1), True, None)])
     assert counts.deleted == 1 and len(table) == 1

@@ -145,18 +145,14 @@ def test_pages_staged_together_commit_with_the_token_after_the_last_and_are_lost
         assert staging.commit_pages() == 0  # nothing staged: nothing written
 
 
-def test_the_small_queries_read_the_committed_pages(tmp_path, monkeypatch):
+def test_the_small_queries_read_the_committed_pages(tmp_path):
     path = staging_path(tmp_path / "cat.duckdb", "src", datetime(2026, 10, 1))
     with StagingWindow(path) as staging:
         staging.start_attempt("run", "key")
-        assert (staging.duplicate_identifiers(), staging.outside_window_count(), staging.first_identifier()) == ((0, []), 0, None)
+        assert (staging.outside_window_count(), staging.first_identifier()) == (0, None)
         staging.write_page(_page(1, ["b", "a", "b"]), next_token="t1", complete_list_size=None, response_date=None, warnings=[])
         staging.write_page(_page(2, ["a", "c"], in_window=False), next_token=None, complete_list_size=None,
                            response_date=None, warnings=[])
-        assert staging.duplicate_identifiers() == (2, ["a", "b"])
-        # A large window is counted by DuckDB within a bounded memory: the same answer.
-        monkeypatch.setattr(staging_module, "_SMALL_WINDOW_ROWS", 0)
-        assert staging.duplicate_identifiers(limit=1) == (2, ["a"])
         assert staging.outside_window_count() == 2
         assert staging.first_identifier() == "b"
     with StagingWindow(path) as staging:  # and after a resume
