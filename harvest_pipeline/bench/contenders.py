@@ -13,7 +13,7 @@ API moved fails alone, as an ERROR row, while the others still run.
 | scythe      | oaipmh-scythe Scythe(url).list_records(...), every record iterated |
 | client      | our OAIClient.list_records_pages(read_ahead=True) over the window, each record touched |
 | client-plain | the same without read-ahead: one request per page consumed, as probes use it |
-| harvest     | our harvest_window(): token loop -> staging file -> merge, fresh DuckDB per run |
+| harvest     | our harvest_window(): token loop -> staging folder -> merge, fresh DuckDB per run |
 | dagster     | the same through build_definitions([source]) + execute_in_process(partition_key=...) |
 | page-rows   | our client + page_rows per page, no staging (only the --big-page section runs it) |
 """

@@ -34,7 +34,7 @@ def asset_key_for(source_id: str) -> dg.AssetKey:
 
 def pool_for(source_id: str) -> str:
     # One pool per source (limit 1 in dagster.yaml): a source's windows harvest one at a time,
-    # which keeps us polite and its staging files uncontended, while sources run side by side.
+    # which keeps us polite and its staging folders uncontended, while sources run side by side.
     return f"harvest_{source_id}"
 
 

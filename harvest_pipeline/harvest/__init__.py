@@ -1,6 +1,6 @@
 """Harvesting windows of one source, end to end, without Dagster.
 
-`harvest_window` runs the token loop into the window's staging file, merges it into the
+`harvest_window` runs the token loop into the window's staging folder, merges it into the
 catalogue and returns the verdict the asset checks report. `harvest_partition` calls it and
 splits a window that cannot finish whole into sub-windows (harvest/split.py). `harvest_windows`
 harvests consecutive windows of one source, each as `harvest_partition` would, with window N's

@@ -2,7 +2,7 @@
 
 It is `harvest_window(..., full=True)` over the pseudo-window [1970-01-01, now), named
 `full-<UTC time>`. All full harvests of a source share that window's start, so they share one
-ledger row in `harvest_windows` (its `attempts` counts them) and one staging file: a full harvest
+ledger row in `harvest_windows` (its `attempts` counts them) and one staging folder: a full harvest
 that was killed resumes from its last page when it is run again. The watermark rule never looks at
 that row (no partition starts in 1970).
 """

@@ -19,7 +19,7 @@ Guarantees:
   then splits in the calling thread.
 - A stop request (harvest/stop.py) stops the traversal at a page boundary; the windows already
   traversed are still merged, the later ones are not started.
-- A crash after a window's list is complete and before its merge loses nothing: its staging file
+- A crash after a window's list is complete and before its merge loses nothing: its staging folder
   holds the closed cursor and the next run merges it without asking the server again.
 - The catalogue is opened once for the writes that come together (merge(N) with N+1's ledger
   row) and closed between them (store/session.py): other processes get the file between

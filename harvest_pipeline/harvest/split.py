@@ -8,7 +8,7 @@
    traversal budget of pages, records or time), the window is split: longer than a day into
    calendar days (UTC), longer than an hour into hours, else into halves, never below
    ``MIN_PART_SECONDS`` and never below a day when the server's granularity is days.
-3. Each sub-window is harvested by `harvest_window` with its own staging file (its durable
+3. Each sub-window is harvested by `harvest_window` with its own staging folder (its durable
    cursor) and its own ledger row in `harvest_window_parts`; one that fails the same way is
    split again, up to ``MAX_SPLIT_DEPTH`` levels.
 4. The window's row in `harvest_windows` then sums its leaf sub-windows (the ones not split

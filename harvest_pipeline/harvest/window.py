@@ -196,7 +196,7 @@ def harvest_window(
     periodic full refreshes); it is staged, merged and verified exactly like a window.
 
     `part`: `window` is a sub-window of a window that split itself (harvest/split.py); its row
-    goes to `harvest_window_parts` and its cursor to its own staging file.
+    goes to `harvest_window_parts` and its cursor to its own staging folder.
     """
     harvest = WindowHarvest(source, window, run_id=run_id, db_path=db_path, connect=connect, lister=lister,
                             progress=progress, full=full, part=part)
@@ -208,13 +208,13 @@ class WindowHarvest:
     """`harvest_window` in its two phases, for callers that overlap them (harvest/sequence.py):
 
     - `traverse()`: the window's lock, its ledger row (`running`), the token loop into its staging
-      file until the list ends. Only the server is waited for here.
-    - `merge()`: the staging file into the catalogue, the verdict in the ledger row, the staging
-      file removed, the lock released; returns the report.
+      folder until the list ends. Only the server is waited for here.
+    - `merge()`: the staged pages into the catalogue, the verdict in the ledger row, the staging
+      folder removed, the lock released; returns the report.
 
     Either phase that fails records the window failed (or deferred) and raises, as
     `harvest_window` does; a stopped traversal keeps its `running` row and cursor. Between the
-    phases the window's lock stays held and its staging file holds the whole, closed list: a crash
+    phases the window's lock stays held and its staging folder holds the whole, closed list: a crash
     there loses nothing (the next run finds the closed cursor and merges without refetching).
     `record_identify=False`: the caller already stored what the server said about itself.
     `quirks_known` (the stored quirks, as the window before read them, plus what it learned) and
