@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # the harvest core is imported when a run needs it, not when 
 
 LOG_EVERY_SECONDS = 5.0
 PREVIEW_ROWS = 20
+_SOURCES_WITH_DELETIONS: set[str] = set()
 CHANGES_SCHEMA = dg.TableSchema(
     columns=[
         dg.TableColumn("identifier", "string"),
@@ -98,15 +99,28 @@ def _catalogue_facts(context, report: WindowReport) -> tuple[dict, dict]:
     resource = getattr(context.resources, "duckdb", None)
     if resource is None:
         return {}, {}
+    counts = report.counts
+    # What the merge counted (a split window's report sums its sub-windows): no history to scan.
+    changed = counts.created + counts.updated + counts.deleted + counts.revived + counts.restored
+    from harvest_pipeline.harvest.split import SPLIT_ATTEMPT_PREFIX
+
+    split = report.attempt_id.startswith(SPLIT_ATTEMPT_PREFIX)
     try:
         from harvest_pipeline.defs.resources import catalogue_connector
 
         with catalogue_connector(resource)() as con:
-            from harvest_pipeline.store.preview import changes_of_attempt, source_has_deletions, window_record_counts
+            from harvest_pipeline.store.preview import changed_records, source_has_deletions, window_record_counts
 
             window = window_record_counts(con, report.source_id, report.window.start, report.window.end)
-            changed, rows = changes_of_attempt(con, report.source_id, report.attempt_id, limit=PREVIEW_ROWS)
-            has_deletions = source_has_deletions(con, report.source_id)
+            rows = changed_records(
+                con, report.source_id, report.window.start, report.window.end, limit=PREVIEW_ROWS,
+                **({"run_id": report.run_id} if split else {"attempt_id": report.attempt_id}),
+            ) if changed else []
+            # Whether to plot deletions: asked until the source shows a tombstone, then not again.
+            has_deletions = (report.source_id in _SOURCES_WITH_DELETIONS or counts.deleted > 0
+                             or source_has_deletions(con, report.source_id))
+            if has_deletions:
+                _SOURCES_WITH_DELETIONS.add(report.source_id)
     except Exception as exc:  # noqa: BLE001 - the window is merged and verified already: never fail it here
         # A busy catalogue (another process's merge) must not cost the window its materialization:
         # the ledger says verified, so nothing would ever harvest it again.

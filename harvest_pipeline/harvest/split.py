@@ -56,6 +56,9 @@ SIZE_GUARDS = {"page-limit", "record-limit", "time-limit"}
 # Server errors that, after the transport's retries, mean "too much at once" as often as "down".
 SERVER_ERRORS = {500, 502, 503, 504}
 
+# The attempt id of a split window's report: its records were merged by its sub-windows' attempts.
+SPLIT_ATTEMPT_PREFIX = "split:"
+
 
 def split_reason(exc: BaseException) -> str | None:
     """Why a smaller date range may succeed where `exc` ended the window; None: splitting won't help."""
@@ -306,7 +309,7 @@ def _split_report(run: _Run, window: Window, seconds: float) -> WindowReport:
         restored=s["restored"], stale=s["stale"], quarantined=s["quarantined"],
     )
     return WindowReport(
-        source_id=run.source.id, window=window, status=row.status, run_id=run.run_id, attempt_id=f"split:{run.run_id}",
+        source_id=run.source.id, window=window, status=row.status, run_id=run.run_id, attempt_id=SPLIT_ATTEMPT_PREFIX + run.run_id,
         from_param=None, until_param=None, pages=s["pages"], complete_list_size=row.complete_list_size,
         counts=counts, duplicates=s["duplicates"], duplicate_examples=[], cursor_closed=sums.cursor_closed,
         outside_window=0, resumed=run.resume, restarts=0, warnings=list(row.warnings or []), seconds=seconds,

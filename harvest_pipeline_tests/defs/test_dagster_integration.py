@@ -10,10 +10,12 @@ import pytest
 from harvest_pipeline.defs.batch import BATCH_JOB, SOURCES_TAG, batch_windows
 from harvest_pipeline.defs.factory import build_definitions, window_job
 from harvest_pipeline.defs.sensors import SENSOR_NAME
+from harvest_pipeline.sources.registry import HttpSettings
 from harvest_pipeline.store import connect, ledger
 from harvest_pipeline_tests.conftest import today, day_window, demo_source, learn_facts, window_stats
 
 pytestmark = pytest.mark.integration
+FAST_HTTP = HttpSettings(max_retries=1, backoff_base_seconds=0.01, backoff_max_seconds=0.02, retry_after_cap_seconds=1)
 ASSET = dg.AssetKey(["harvest", "demo"])
 
 
@@ -94,6 +96,27 @@ def test_plotted_metadata_describes_the_window_and_survives_a_rerun(shared_demo,
     assert all(r["title"] for r in rows if r["action"] == "created")
     assert all(r["datestamp"].startswith(window.key) and r["datestamp"].endswith("Z") for r in rows)
     assert events[1]["changed_records"].value.startswith("none")
+
+
+def test_a_window_harvested_as_sub_windows_previews_the_records_they_changed(demo, db_path):
+    # Tokens that expire after one page: the day cannot be listed whole and splits into sub-windows,
+    # whose merges have attempts of their own (the partition's report sums them).
+    demo.set_options(token_expires_after_pages=1)
+    source = demo_source(demo, http=FAST_HTTP)
+    learn_facts(source)
+    defs = build_definitions([source])
+    window = day_window(3)
+    expected = window_stats(demo, window)
+    with dg.instance_for_test() as instance:
+        result = window_job(defs, "demo").execute_in_process(partition_key=window.key, instance=instance)
+    assert result.success
+    [mat] = result.get_asset_materialization_events()
+    meta = mat.materialization.metadata
+    assert "split into" in meta["what_the_server_did"].value
+    rows = [r.data for r in meta["changed_records"].value.records]
+    assert meta["changed_records_shown"].value == f"{len(rows)} of {expected['total']}, newest datestamps first"
+    assert 0 < len(rows) <= 20 and all(r["datestamp"].startswith(window.key) for r in rows)
+    assert all(r["title"] for r in rows if r["action"] == "created")
 
 
 def test_lying_complete_list_size_fails_the_check_in_dagster(demo, db_path):
