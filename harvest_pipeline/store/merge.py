@@ -90,12 +90,12 @@ def _sql_list(values: list) -> str:
     return "(" + ", ".join(str(int(v)) if isinstance(v, int) else "'" + str(v).replace("'", "''") + "'" for v in values) + ")"
 
 
-def _read_same_versions(con, stored_fp: str, *, check_identifiers: bool) -> None:
+def _read_same_versions(con, stored_fp: str, *, check_identifiers: bool) -> bool:
     """Fill `stored`'s content hash and fingerprint for the rows whose datestamp is the received
     one's (or both deleted): only those can be 'unchanged' or 'restored'; for the others the
     datestamps and deletion flags decide. With `check_identifiers` (rows found by key alone), the
     rows read here and the rows a stale version leaves alone get their stored identifier checked;
-    the rows the merge rewrites are checked by the UPDATE itself."""
+    the rows the merge rewrites are checked by the UPDATE itself. Returns whether it read any."""
     same = f"""
         SELECT s.row_id FROM stored s
         JOIN stg.page_records p ON p.identifier = s.identifier
@@ -105,7 +105,7 @@ def _read_same_versions(con, stored_fp: str, *, check_identifiers: bool) -> None
     """
     row_ids = _small_list(con, same)
     if row_ids == []:
-        return
+        return False
     wanted = f"({same})" if row_ids is None else _sql_list(row_ids)
     con.execute(
         f"""
@@ -118,6 +118,24 @@ def _read_same_versions(con, stored_fp: str, *, check_identifiers: bool) -> None
     if check_identifiers:
         _check_identifiers(con, f"SELECT count(*) FROM stored s JOIN records r ON r.rowid = s.row_id"
                                 f" WHERE r.rowid IN {wanted} AND r.identifier <> s.identifier")
+    return True
+
+
+def _read_received_fingerprints(con) -> None:
+    """Fill `stored.received_fp`, the fingerprint of the received version, where the stored one was
+    read: only those rows compare them. (An md5 over every value column, the raw XML included,
+    for every received row was a quarter of a 100,000-record window's merge.)"""
+    received_fp = _fingerprint({c: _stored_value(c, "p.") for c in VALUE_COLUMNS})
+    con.execute(
+        f"""
+        UPDATE stored SET received_fp = w.fp
+        FROM (SELECT p.identifier, {received_fp} AS fp
+              FROM stg.page_records p
+              JOIN latest l ON l.identifier = p.identifier AND l.pos = p.page_number::BIGINT * 1000000 + p.seq
+              SEMI JOIN stored s ON s.identifier = p.identifier AND s.fp IS NOT NULL) w
+        WHERE w.identifier = stored.identifier AND stored.fp IS NOT NULL
+        """
+    )
 
 
 def _check_identifiers(con, mismatches_sql: str, expected: int | None = None) -> None:
@@ -276,7 +294,8 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
         con.execute(
             f"""
             CREATE OR REPLACE TEMP TABLE stored AS
-            SELECT f.row_id, l.identifier, f.datestamp, f.deleted, NULL::VARCHAR AS content_hash, NULL::VARCHAR AS fp
+            SELECT f.row_id, l.identifier, f.datestamp, f.deleted, NULL::VARCHAR AS content_hash, NULL::VARCHAR AS fp,
+                   NULL::VARCHAR AS received_fp
             FROM (SELECT rowid AS row_id, identifier_key, datestamp, deleted FROM records
                   WHERE source_id = ? AND identifier_key IN {window_keys}) f
             JOIN latest l ON l.identifier_key = f.identifier_key
@@ -294,14 +313,18 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
             CREATE OR REPLACE TEMP TABLE stored AS
             SELECT {'r.rowid' if by_rowid else 'NULL::BIGINT'} AS row_id, r.identifier, r.datestamp, r.deleted,
                    {'NULL::VARCHAR' if by_rowid else 'r.content_hash'} AS content_hash,
-                   {'NULL::VARCHAR' if by_rowid else stored_fp} AS fp
+                   {'NULL::VARCHAR' if by_rowid else stored_fp} AS fp, NULL::VARCHAR AS received_fp
             FROM records r
             WHERE {found}
             """,
             [source_id],
         )
     if by_rowid:
-        _read_same_versions(con, stored_fp, check_identifiers=by_key_only)
+        fingerprinted = _read_same_versions(con, stored_fp, check_identifiers=by_key_only)
+    else:
+        fingerprinted = bool(con.execute("SELECT count(*) FROM stored").fetchone()[0])
+    if fingerprinted:
+        _read_received_fingerprints(con)
     # A received record with no row whose history shows it was stored before: its row was
     # deleted by hand. Its last stored version says whether the harvest restores that version,
     # and its first sighting stays its first_seen_at. Only identifiers without a row are looked up
@@ -327,7 +350,6 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
         """,
         [source_id],
     )
-    incoming_fp = _fingerprint({c: _stored_value(c, "p.") for c in VALUE_COLUMNS})
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE classified AS
@@ -343,16 +365,16 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
                     ELSE 'updated'
                 END
                 WHEN i.datestamp < r.datestamp THEN 'stale'            -- never overwrite a newer version
-                WHEN i.deleted AND r.deleted THEN CASE WHEN r.fp = i.fp THEN 'unchanged' ELSE 'restored' END
+                WHEN i.deleted AND r.deleted THEN CASE WHEN r.fp = r.received_fp THEN 'unchanged' ELSE 'restored' END
                 WHEN i.deleted THEN 'deleted'
                 WHEN r.deleted THEN 'revived'
                 WHEN r.content_hash IS NOT DISTINCT FROM i.content_hash
                      AND r.datestamp IS NOT DISTINCT FROM i.datestamp
-                    THEN CASE WHEN r.fp = i.fp THEN 'unchanged' ELSE 'restored' END
+                    THEN CASE WHEN r.fp = r.received_fp THEN 'unchanged' ELSE 'restored' END
                 ELSE 'updated'
             END AS action
         FROM (
-            SELECT p.identifier, p.page_number, p.seq, p.datestamp, p.deleted, p.content_hash, {incoming_fp} AS fp
+            SELECT p.identifier, p.page_number, p.seq, p.datestamp, p.deleted, p.content_hash
             FROM stg.page_records p
             JOIN latest l ON l.identifier = p.identifier AND l.pos = p.page_number::BIGINT * 1000000 + p.seq
         ) i
