@@ -138,16 +138,19 @@ def _read_received_fingerprints(con) -> None:
     )
 
 
-def _check_identifiers(con, mismatches_sql: str, expected: int | None = None) -> None:
+def _check_identifiers(con, mismatches_sql: str) -> None:
     """Fail the merge (nothing written) when a row found by its key holds another identifier."""
-    found = con.execute(mismatches_sql).fetchone()[0]
-    if (expected is None and found) or (expected is not None and found != expected):
-        raise HarvestError(
-            "two record identifiers of this source share an identifier_key (63 bits of their md5); "
-            "the merge found a stored row by key that holds another identifier",
-            hint=f"nothing was written; run the window again with {READ_IDENTIFIERS_ENV}=1 (the merge then reads "
-                 "the stored identifiers, slower on a large catalogue), and report it",
-        )
+    if con.execute(mismatches_sql).fetchone()[0]:
+        _key_collision()
+
+
+def _key_collision():
+    raise HarvestError(
+        "two record identifiers of this source share an identifier_key (63 bits of their md5); "
+        "the merge found a stored row by key that holds another identifier",
+        hint=f"nothing was written; run the window again with {READ_IDENTIFIERS_ENV}=1 (the merge then reads "
+             "the stored identifiers, slower on a large catalogue), and report it",
+    )
 
 
 # The staged Parquet files are read through two views of an in-memory database named `stg`, so the
@@ -444,10 +447,17 @@ def _write_slice(con, first_page, last_page, *, source_id, window_start, window_
     """Insert, update and record the history of the classified rows staged on these pages."""
     pages = (f"i.page_number BETWEEN {int(first_page)} AND {int(last_page)}"
              f" AND c.page_number BETWEEN {int(first_page)} AND {int(last_page)}")
+    writes = "c.action IN ('created', 'updated', 'deleted', 'revived', 'restored')"
+    # A statement with nothing to write still reads its slice's staged rows, every column: a window
+    # of new records skips the UPDATE, a window found unchanged both.
+    to_insert, to_update = con.execute(
+        f"SELECT count(*) FILTER (WHERE NOT c.existed), count(*) FILTER (WHERE c.existed) FROM classified c"
+        f" WHERE c.page_number BETWEEN {int(first_page)} AND {int(last_page)} AND {writes}"
+    ).fetchone()
     changed = f"""
         FROM stg.page_records i
         JOIN classified c ON c.identifier = i.identifier AND c.page_number = i.page_number AND c.seq = i.seq
-        WHERE {pages} AND c.action IN ('created', 'updated', 'deleted', 'revived', 'restored')
+        WHERE {pages} AND {writes}
     """
     values = ", ".join(_stored_value(c, "i.") for c in VALUE_COLUMNS)
     inserted = con.execute(
@@ -458,13 +468,13 @@ def _write_slice(con, first_page, last_page, *, source_id, window_start, window_
         {changed} AND NOT c.existed
         """,
         [source_id, now, now, run_id, window_start, window_end],
-    ).fetchone()[0]
+    ).fetchone()[0] if to_insert else 0
     aliased = ", ".join(f"{_stored_value(c, 'i.')} AS {c}" for c in VALUE_COLUMNS)
     assignments = ", ".join(f"{c} = u.{c}" for c in VALUE_COLUMNS)
     # Matched by row id (found above, same transaction): no join against the whole table. A
     # shared catalogue is matched by its key.
     # By row id, the identifier checked (a row found by key alone may, once in 10^7 sources, be
-    # another identifier's).
+    # another identifier's): a row not updated is one whose identifier differed.
     match = ("records.rowid = u.row_id AND records.identifier = u.identifier" if by_rowid
              else "records.source_id = ? AND records.identifier = u.identifier")
     updated = con.execute(
@@ -475,14 +485,9 @@ def _write_slice(con, first_page, last_page, *, source_id, window_start, window_
         WHERE {match}
         """,
         [now, run_id, window_start, window_end] + ([] if by_rowid else [source_id]),
-    ).fetchone()[0]
-    if by_rowid:
-        _check_identifiers(
-            con,
-            f"SELECT count(*) FROM classified c WHERE c.page_number BETWEEN {int(first_page)} AND {int(last_page)}"
-            " AND c.existed AND c.action IN ('created', 'updated', 'deleted', 'revived', 'restored')",
-            expected=int(updated),
-        )
+    ).fetchone()[0] if to_update else 0
+    if by_rowid and updated != to_update:
+        _key_collision()
     con.execute(
         f"""
         INSERT INTO record_history
