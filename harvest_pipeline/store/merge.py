@@ -221,7 +221,9 @@ def merge_staging(
 
 
 def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt_id, now) -> MergeCounts:
-    received = con.execute("SELECT count(*) FROM stg.page_records").fetchone()[0]
+    # Rows per page: the window's size now, its slices later (one read of the staged files).
+    page_rows = _page_rows(con)
+    received = sum(n for _, n in page_rows)
     if received > MERGE_SLICE_ROWS and dialect(con) == EMBEDDED:
         # Each thread's operators hold their own buffers: at the 128 MB limit a 1,000,000-record
         # merge ran out of memory with two threads, not with one (bench --rss). A small window
@@ -390,7 +392,7 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     # revising 100,000 records of a large catalogue does not survive. A large window is written in
     # slices of pages (same transaction): each statement's join then holds one slice, not the window.
     inserted = updated = 0
-    for first_page, last_page in _page_slices(con):
+    for first_page, last_page in _page_slices(con, page_rows):
         n_inserted, n_updated = _write_slice(
             con, first_page, last_page, source_id=source_id, window_start=window_start, window_end=window_end,
             run_id=run_id, attempt_id=attempt_id, now=now, by_rowid=by_rowid,
@@ -425,13 +427,19 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
 MERGE_SLICE_ROWS = 20_000
 
 
-def _page_slices(con) -> list[tuple[int, int]]:
+def _page_rows(con) -> list[tuple[int, int]]:
+    """(page, rows) of the staged window, in page order."""
+    return con.execute("SELECT page_number, count(*) FROM stg.page_records GROUP BY 1 ORDER BY 1").fetchall()
+
+
+def _page_slices(con, page_rows: list[tuple[int, int]] | None = None) -> list[tuple[int, int]]:
     """Consecutive page ranges of the staged window, each at most MERGE_SLICE_ROWS rows (a page
-    larger than that is a slice of its own); one range for a window smaller than a slice."""
+    larger than that is a slice of its own); one range for a window smaller than a slice.
+    `page_rows`: the window's `_page_rows`, when already read."""
     slices: list[tuple[int, int]] = []
     first = last = None
     rows = 0
-    for page, n in con.execute("SELECT page_number, count(*) FROM stg.page_records GROUP BY 1 ORDER BY 1").fetchall():
+    for page, n in _page_rows(con) if page_rows is None else page_rows:
         if first is not None and rows + n > MERGE_SLICE_ROWS:
             slices.append((first, last))
             first, rows = None, 0
