@@ -332,8 +332,9 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
         _read_received_fingerprints(con)
     # A received record with no row whose history shows it was stored before: its row was
     # deleted by hand. Its last stored version says whether the harvest restores that version,
-    # and its first sighting stays its first_seen_at. Only identifiers without a row are looked up
-    # (a window whose records all have rows filters the history down to nothing).
+    # and its first sighting stays its first_seen_at. Only identifiers without a row are looked up;
+    # a window whose records all have rows reads no history at all (a list of no identifiers still
+    # scanned the source's history: 58 ms cold for a history of 2,000,000 rows).
     storing = ", ".join(f"'{a}'" for a in _STORING_ACTIONS)
     absent = _small_list(con, "SELECT l.identifier FROM latest l ANTI JOIN stored s ON s.identifier = l.identifier")
     absent_identifiers = (
@@ -349,7 +350,7 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
                arg_max(h.content_hash, (h.datestamp, h.received_at)) AS content_hash,
                min(h.received_at) AS first_seen_at
         FROM record_history h
-        WHERE h.source_id = ? AND h.action IN ({storing})
+        WHERE {'false AND ' if absent == [] else ''}h.source_id = ? AND h.action IN ({storing})
           AND h.identifier IN {absent_identifiers}
         GROUP BY h.identifier
         """,
