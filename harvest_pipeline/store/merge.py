@@ -90,12 +90,12 @@ def _sql_list(values: list) -> str:
     return "(" + ", ".join(str(int(v)) if isinstance(v, int) else "'" + str(v).replace("'", "''") + "'" for v in values) + ")"
 
 
-def _read_same_versions(con, stored_fp: str, *, check_identifiers: bool) -> None:
+def _read_same_versions(con, stored_fp: str, *, check_identifiers: bool) -> bool:
     """Fill `stored`'s content hash and fingerprint for the rows whose datestamp is the received
     one's (or both deleted): only those can be 'unchanged' or 'restored'; for the others the
     datestamps and deletion flags decide. With `check_identifiers` (rows found by key alone), the
     rows read here and the rows a stale version leaves alone get their stored identifier checked;
-    the rows the merge rewrites are checked by the UPDATE itself."""
+    the rows the merge rewrites are checked by the UPDATE itself. Returns whether it read any."""
     same = f"""
         SELECT s.row_id FROM stored s
         JOIN stg.page_records p ON p.identifier = s.identifier
@@ -105,7 +105,7 @@ def _read_same_versions(con, stored_fp: str, *, check_identifiers: bool) -> None
     """
     row_ids = _small_list(con, same)
     if row_ids == []:
-        return
+        return False
     wanted = f"({same})" if row_ids is None else _sql_list(row_ids)
     con.execute(
         f"""
@@ -118,18 +118,39 @@ def _read_same_versions(con, stored_fp: str, *, check_identifiers: bool) -> None
     if check_identifiers:
         _check_identifiers(con, f"SELECT count(*) FROM stored s JOIN records r ON r.rowid = s.row_id"
                                 f" WHERE r.rowid IN {wanted} AND r.identifier <> s.identifier")
+    return True
 
 
-def _check_identifiers(con, mismatches_sql: str, expected: int | None = None) -> None:
+def _read_received_fingerprints(con) -> None:
+    """Fill `stored.received_fp`, the fingerprint of the received version, where the stored one was
+    read: only those rows compare them. (An md5 over every value column, the raw XML included,
+    for every received row was a quarter of a 100,000-record window's merge.)"""
+    received_fp = _fingerprint({c: _stored_value(c, "p.") for c in VALUE_COLUMNS})
+    con.execute(
+        f"""
+        UPDATE stored SET received_fp = w.fp
+        FROM (SELECT p.identifier, {received_fp} AS fp
+              FROM stg.page_records p
+              JOIN latest l ON l.identifier = p.identifier AND l.pos = p.page_number::BIGINT * 1000000 + p.seq
+              SEMI JOIN stored s ON s.identifier = p.identifier AND s.fp IS NOT NULL) w
+        WHERE w.identifier = stored.identifier AND stored.fp IS NOT NULL
+        """
+    )
+
+
+def _check_identifiers(con, mismatches_sql: str) -> None:
     """Fail the merge (nothing written) when a row found by its key holds another identifier."""
-    found = con.execute(mismatches_sql).fetchone()[0]
-    if (expected is None and found) or (expected is not None and found != expected):
-        raise HarvestError(
-            "two record identifiers of this source share an identifier_key (63 bits of their md5); "
-            "the merge found a stored row by key that holds another identifier",
-            hint=f"nothing was written; run the window again with {READ_IDENTIFIERS_ENV}=1 (the merge then reads "
-                 "the stored identifiers, slower on a large catalogue), and report it",
-        )
+    if con.execute(mismatches_sql).fetchone()[0]:
+        _key_collision()
+
+
+def _key_collision():
+    raise HarvestError(
+        "two record identifiers of this source share an identifier_key (63 bits of their md5); "
+        "the merge found a stored row by key that holds another identifier",
+        hint=f"nothing was written; run the window again with {READ_IDENTIFIERS_ENV}=1 (the merge then reads "
+             "the stored identifiers, slower on a large catalogue), and report it",
+    )
 
 
 # The staged Parquet files are read through two views of an in-memory database named `stg`, so the
@@ -200,7 +221,9 @@ def merge_staging(
 
 
 def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt_id, now) -> MergeCounts:
-    received = con.execute("SELECT count(*) FROM stg.page_records").fetchone()[0]
+    # Rows per page: the window's size now, its slices later (one read of the staged files).
+    page_rows = _page_rows(con)
+    received = sum(n for _, n in page_rows)
     if received > MERGE_SLICE_ROWS and dialect(con) == EMBEDDED:
         # Each thread's operators hold their own buffers: at the 128 MB limit a 1,000,000-record
         # merge ran out of memory with two threads, not with one (bench --rss). A small window
@@ -276,7 +299,8 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
         con.execute(
             f"""
             CREATE OR REPLACE TEMP TABLE stored AS
-            SELECT f.row_id, l.identifier, f.datestamp, f.deleted, NULL::VARCHAR AS content_hash, NULL::VARCHAR AS fp
+            SELECT f.row_id, l.identifier, f.datestamp, f.deleted, NULL::VARCHAR AS content_hash, NULL::VARCHAR AS fp,
+                   NULL::VARCHAR AS received_fp
             FROM (SELECT rowid AS row_id, identifier_key, datestamp, deleted FROM records
                   WHERE source_id = ? AND identifier_key IN {window_keys}) f
             JOIN latest l ON l.identifier_key = f.identifier_key
@@ -294,18 +318,23 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
             CREATE OR REPLACE TEMP TABLE stored AS
             SELECT {'r.rowid' if by_rowid else 'NULL::BIGINT'} AS row_id, r.identifier, r.datestamp, r.deleted,
                    {'NULL::VARCHAR' if by_rowid else 'r.content_hash'} AS content_hash,
-                   {'NULL::VARCHAR' if by_rowid else stored_fp} AS fp
+                   {'NULL::VARCHAR' if by_rowid else stored_fp} AS fp, NULL::VARCHAR AS received_fp
             FROM records r
             WHERE {found}
             """,
             [source_id],
         )
     if by_rowid:
-        _read_same_versions(con, stored_fp, check_identifiers=by_key_only)
+        fingerprinted = _read_same_versions(con, stored_fp, check_identifiers=by_key_only)
+    else:
+        fingerprinted = bool(con.execute("SELECT count(*) FROM stored").fetchone()[0])
+    if fingerprinted:
+        _read_received_fingerprints(con)
     # A received record with no row whose history shows it was stored before: its row was
     # deleted by hand. Its last stored version says whether the harvest restores that version,
-    # and its first sighting stays its first_seen_at. Only identifiers without a row are looked up
-    # (a window whose records all have rows filters the history down to nothing).
+    # and its first sighting stays its first_seen_at. Only identifiers without a row are looked up;
+    # a window whose records all have rows reads no history at all (a list of no identifiers still
+    # scanned the source's history: 58 ms cold for a history of 2,000,000 rows).
     storing = ", ".join(f"'{a}'" for a in _STORING_ACTIONS)
     absent = _small_list(con, "SELECT l.identifier FROM latest l ANTI JOIN stored s ON s.identifier = l.identifier")
     absent_identifiers = (
@@ -321,13 +350,12 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
                arg_max(h.content_hash, (h.datestamp, h.received_at)) AS content_hash,
                min(h.received_at) AS first_seen_at
         FROM record_history h
-        WHERE h.source_id = ? AND h.action IN ({storing})
+        WHERE {'false AND ' if absent == [] else ''}h.source_id = ? AND h.action IN ({storing})
           AND h.identifier IN {absent_identifiers}
         GROUP BY h.identifier
         """,
         [source_id],
     )
-    incoming_fp = _fingerprint({c: _stored_value(c, "p.") for c in VALUE_COLUMNS})
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE classified AS
@@ -343,16 +371,16 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
                     ELSE 'updated'
                 END
                 WHEN i.datestamp < r.datestamp THEN 'stale'            -- never overwrite a newer version
-                WHEN i.deleted AND r.deleted THEN CASE WHEN r.fp = i.fp THEN 'unchanged' ELSE 'restored' END
+                WHEN i.deleted AND r.deleted THEN CASE WHEN r.fp = r.received_fp THEN 'unchanged' ELSE 'restored' END
                 WHEN i.deleted THEN 'deleted'
                 WHEN r.deleted THEN 'revived'
                 WHEN r.content_hash IS NOT DISTINCT FROM i.content_hash
                      AND r.datestamp IS NOT DISTINCT FROM i.datestamp
-                    THEN CASE WHEN r.fp = i.fp THEN 'unchanged' ELSE 'restored' END
+                    THEN CASE WHEN r.fp = r.received_fp THEN 'unchanged' ELSE 'restored' END
                 ELSE 'updated'
             END AS action
         FROM (
-            SELECT p.identifier, p.page_number, p.seq, p.datestamp, p.deleted, p.content_hash, {incoming_fp} AS fp
+            SELECT p.identifier, p.page_number, p.seq, p.datestamp, p.deleted, p.content_hash
             FROM stg.page_records p
             JOIN latest l ON l.identifier = p.identifier AND l.pos = p.page_number::BIGINT * 1000000 + p.seq
         ) i
@@ -365,7 +393,7 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     # revising 100,000 records of a large catalogue does not survive. A large window is written in
     # slices of pages (same transaction): each statement's join then holds one slice, not the window.
     inserted = updated = 0
-    for first_page, last_page in _page_slices(con):
+    for first_page, last_page in _page_slices(con, page_rows):
         n_inserted, n_updated = _write_slice(
             con, first_page, last_page, source_id=source_id, window_start=window_start, window_end=window_end,
             run_id=run_id, attempt_id=attempt_id, now=now, by_rowid=by_rowid,
@@ -400,13 +428,19 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
 MERGE_SLICE_ROWS = 20_000
 
 
-def _page_slices(con) -> list[tuple[int, int]]:
+def _page_rows(con) -> list[tuple[int, int]]:
+    """(page, rows) of the staged window, in page order."""
+    return con.execute("SELECT page_number, count(*) FROM stg.page_records GROUP BY 1 ORDER BY 1").fetchall()
+
+
+def _page_slices(con, page_rows: list[tuple[int, int]] | None = None) -> list[tuple[int, int]]:
     """Consecutive page ranges of the staged window, each at most MERGE_SLICE_ROWS rows (a page
-    larger than that is a slice of its own); one range for a window smaller than a slice."""
+    larger than that is a slice of its own); one range for a window smaller than a slice.
+    `page_rows`: the window's `_page_rows`, when already read."""
     slices: list[tuple[int, int]] = []
     first = last = None
     rows = 0
-    for page, n in con.execute("SELECT page_number, count(*) FROM stg.page_records GROUP BY 1 ORDER BY 1").fetchall():
+    for page, n in _page_rows(con) if page_rows is None else page_rows:
         if first is not None and rows + n > MERGE_SLICE_ROWS:
             slices.append((first, last))
             first, rows = None, 0
@@ -422,10 +456,17 @@ def _write_slice(con, first_page, last_page, *, source_id, window_start, window_
     """Insert, update and record the history of the classified rows staged on these pages."""
     pages = (f"i.page_number BETWEEN {int(first_page)} AND {int(last_page)}"
              f" AND c.page_number BETWEEN {int(first_page)} AND {int(last_page)}")
+    writes = "c.action IN ('created', 'updated', 'deleted', 'revived', 'restored')"
+    # A statement with nothing to write still reads its slice's staged rows, every column: a window
+    # of new records skips the UPDATE, a window found unchanged both.
+    to_insert, to_update = con.execute(
+        f"SELECT count(*) FILTER (WHERE NOT c.existed), count(*) FILTER (WHERE c.existed) FROM classified c"
+        f" WHERE c.page_number BETWEEN {int(first_page)} AND {int(last_page)} AND {writes}"
+    ).fetchone()
     changed = f"""
         FROM stg.page_records i
         JOIN classified c ON c.identifier = i.identifier AND c.page_number = i.page_number AND c.seq = i.seq
-        WHERE {pages} AND c.action IN ('created', 'updated', 'deleted', 'revived', 'restored')
+        WHERE {pages} AND {writes}
     """
     values = ", ".join(_stored_value(c, "i.") for c in VALUE_COLUMNS)
     inserted = con.execute(
@@ -436,13 +477,13 @@ def _write_slice(con, first_page, last_page, *, source_id, window_start, window_
         {changed} AND NOT c.existed
         """,
         [source_id, now, now, run_id, window_start, window_end],
-    ).fetchone()[0]
+    ).fetchone()[0] if to_insert else 0
     aliased = ", ".join(f"{_stored_value(c, 'i.')} AS {c}" for c in VALUE_COLUMNS)
     assignments = ", ".join(f"{c} = u.{c}" for c in VALUE_COLUMNS)
     # Matched by row id (found above, same transaction): no join against the whole table. A
     # shared catalogue is matched by its key.
     # By row id, the identifier checked (a row found by key alone may, once in 10^7 sources, be
-    # another identifier's).
+    # another identifier's): a row not updated is one whose identifier differed.
     match = ("records.rowid = u.row_id AND records.identifier = u.identifier" if by_rowid
              else "records.source_id = ? AND records.identifier = u.identifier")
     updated = con.execute(
@@ -453,14 +494,9 @@ def _write_slice(con, first_page, last_page, *, source_id, window_start, window_
         WHERE {match}
         """,
         [now, run_id, window_start, window_end] + ([] if by_rowid else [source_id]),
-    ).fetchone()[0]
-    if by_rowid:
-        _check_identifiers(
-            con,
-            f"SELECT count(*) FROM classified c WHERE c.page_number BETWEEN {int(first_page)} AND {int(last_page)}"
-            " AND c.existed AND c.action IN ('created', 'updated', 'deleted', 'revived', 'restored')",
-            expected=int(updated),
-        )
+    ).fetchone()[0] if to_update else 0
+    if by_rowid and updated != to_update:
+        _key_collision()
     con.execute(
         f"""
         INSERT INTO record_history
