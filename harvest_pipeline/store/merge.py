@@ -165,8 +165,9 @@ _STAGED = {"page_records": "stg_page_files", "page_quarantine": "stg_quarantine_
 _CREATING_VIEWS = threading.Lock()
 
 
-def _expose_staging(con: duckdb.DuckDBPyConnection, staging_folder: Path) -> None:
-    from harvest_pipeline.store.staging import staged_file_lists
+def _expose_staging(con: duckdb.DuckDBPyConnection, staging_folder: Path) -> bool:
+    """Point the views at the folder's files; return whether it holds quarantined records."""
+    from harvest_pipeline.store.staging import EMPTY_QUARANTINE_FILE, staged_file_lists
 
     files = dict(zip(_STAGED, staged_file_lists(staging_folder)))
     for view, variable in _STAGED.items():
@@ -174,6 +175,7 @@ def _expose_staging(con: duckdb.DuckDBPyConnection, staging_folder: Path) -> Non
     with _CREATING_VIEWS:
         if not con.execute("SELECT count(*) FROM duckdb_databases() WHERE database_name = 'stg'").fetchone()[0]:
             _create_views(con, files)
+    return Path(files["page_quarantine"][0]).name != EMPTY_QUARANTINE_FILE
 
 
 def _create_views(con: duckdb.DuckDBPyConnection, files: dict[str, list[str]]) -> None:
@@ -209,18 +211,18 @@ def merge_staging(
     their destination.
     """
     now = utcnow()
-    _expose_staging(con, staging_file)
+    has_quarantine = _expose_staging(con, staging_file)
     # No clean-up in a `finally`: after an error the transaction is aborted, and the next merge on
     # this connection registers its own files under the same names.
     counts = _merge_attached(
         con, source_id=source_id, window_start=window_start, window_end=window_end,
-        run_id=run_id, attempt_id=attempt_id, now=now,
+        run_id=run_id, attempt_id=attempt_id, now=now, has_quarantine=has_quarantine,
     )
     _hide_staging(con)
     return counts
 
 
-def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt_id, now) -> MergeCounts:
+def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt_id, now, has_quarantine=True) -> MergeCounts:
     # Rows per page: the window's size now, its slices later (one read of the staged files).
     page_rows = _page_rows(con)
     received = sum(n for _, n in page_rows)
@@ -230,10 +232,10 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
         # keeps them all: its lookup of the catalogue's keys is a scan that threads share.
         # (An instance-wide setting: the catalogue's instance is this window's, or this process's.)
         con.execute("SET threads = 1")
+    # Most windows quarantine nothing: each statement skipped is a few ms of a small window's merge.
     quarantined, unparsed = con.execute(
         "SELECT count(*), count(*) FILTER (WHERE kind = 'parse') FROM stg.page_quarantine"
-    ).fetchone()
-    # Most windows quarantine nothing: each statement skipped is a few ms of a small window's merge.
+    ).fetchone() if has_quarantine else (0, 0)
     if quarantined:
         con.execute(
             """
@@ -296,7 +298,7 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     # identifier (see `_check_identifiers`). A shared catalogue reads its rows by key.
     by_key_only = by_rowid and keys is not None and not os.environ.get(READ_IDENTIFIERS_ENV)
     if by_key_only:
-        con.execute(
+        n_stored = con.execute(
             f"""
             CREATE OR REPLACE TEMP TABLE stored AS
             SELECT f.row_id, l.identifier, f.datestamp, f.deleted, NULL::VARCHAR AS content_hash, NULL::VARCHAR AS fp,
@@ -306,14 +308,14 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
             JOIN latest l ON l.identifier_key = f.identifier_key
             """,
             [source_id],
-        )
+        ).fetchone()[0]
         # Two identifiers of the window, or two stored rows, with one key (63 bits of md5: about
         # one chance in 10^7 for a source of 10 million records): read the identifiers after all.
-        by_key_only = not con.execute(
+        by_key_only = n_stored < 2 or not con.execute(
             "SELECT count(*) FROM (SELECT identifier FROM stored GROUP BY identifier HAVING count(*) > 1)"
         ).fetchone()[0]
     if not by_key_only:
-        con.execute(
+        n_stored = con.execute(
             f"""
             CREATE OR REPLACE TEMP TABLE stored AS
             SELECT {'r.rowid' if by_rowid else 'NULL::BIGINT'} AS row_id, r.identifier, r.datestamp, r.deleted,
@@ -323,11 +325,14 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
             WHERE {found}
             """,
             [source_id],
-        )
-    if by_rowid:
+        ).fetchone()[0]
+    # A window of new records (a catch-up's usual one) has no stored row to compare.
+    if not n_stored:
+        fingerprinted = False
+    elif by_rowid:
         fingerprinted = _read_same_versions(con, stored_fp, check_identifiers=by_key_only)
     else:
-        fingerprinted = bool(con.execute("SELECT count(*) FROM stored").fetchone()[0])
+        fingerprinted = True
     if fingerprinted:
         _read_received_fingerprints(con)
     # A received record with no row whose history shows it was stored before: its row was
