@@ -3,9 +3,10 @@
 A large window's classification (`classified`: a hash join over the whole window) needs the
 limit: at 1,000,000 records it ran out of memory below 128 MB. Its writes do not, but DuckDB's
 buffer pool fills up to the limit with the rows written (blocks it keeps because nothing asks it
-to let them go), and that is the window harvest's peak. So the writes run at WRITE_SHARE of the
-limit: at the default 128 MB, 80 MB, and a 1,000,000-record merge peaked 45 MB lower, a
-100,000-record one 50 MB lower (bench --rss).
+to let them go), and that was the window harvest's peak. So the writes run at WRITE_SHARE of the
+limit: at the default 128 MB, 80 MB; a window harvest then peaked at 392 MB instead of 433 MB
+(100,000 records) and 417 MB instead of 467-478 MB (1,000,000), where the classification now sets
+the peak (bench --rss).
 
 The limit belongs to the DuckDB instance, which merges of one process share (a batch run merges two
 windows at once on cursors of its catalogue): the limit is lowered only while no large merge of
