@@ -229,6 +229,9 @@ def _apply_duckdb_what_if() -> dict | None:
     import duckdb
 
     settings = json.loads(raw)
+    if "memory_limit" in settings:
+        # The limit the project sets itself (a large merge's, store/merge_memory.py) is this one too.
+        os.environ["HARVEST_DUCKDB_MEMORY_LIMIT"] = str(settings["memory_limit"])
     original = duckdb.connect
     if getattr(original, "_bench_what_if", False):
         return settings

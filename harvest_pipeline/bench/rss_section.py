@@ -33,6 +33,15 @@ def _phase_peak(summary: Summary, *phases: str) -> float | None:
     return max(vals) if vals else None
 
 
+def _split_at_peak(summary: Summary) -> str:
+    """anon / file MB of the highest sample of the run with the highest peak."""
+    runs = [s for s in summary.ok if s.data.get("rss_split_mb")]
+    if not runs:
+        return ""
+    split = max(runs, key=lambda s: s.data.get("rss_peak_mb") or 0).data["rss_split_mb"]
+    return f"{split['anon']:,.0f} / {split['file']:,.0f}"
+
+
 def run(args, workdir: Path, *, log=print) -> dict:
     sizes = [int(x) for x in str(args.rss_sizes).split(",") if x.strip()]
     runs = getattr(args, "rss_runs", None) or 1
@@ -69,18 +78,22 @@ def run(args, workdir: Path, *, log=print) -> dict:
                     *stats_cells(summary.rate),
                     (f"> {cap:,.0f} (killed)" if killed else n1(peak)),
                     n1(_phase_peak(summary, "token_loop")), n1(_phase_peak(summary, "merge", "after_merge")),
+                    _split_at_peak(summary),
                     (summary.errors[-1][:90] if summary.errors else ""),
                 ])
                 out["sizes"].setdefault(str(n), {})[label] = {
                     "peak_mb": peak, "killed": killed, "summary": summary.as_dict(),
                     "token_loop_mb": _phase_peak(summary, "token_loop"),
                     "merge_mb": _phase_peak(summary, "merge", "after_merge"),
+                    "anon_file_mb_at_peak": _split_at_peak(summary),
                 }
     print()
     print(f"== Peak RSS of harvest_window on one window (page size {args.rss_page_size}, {runs} run(s) each) ==")
     print(table(["window", "variant", "records", "rec/s median", "min", "max", "peak RSS MB",
-                 "token loop MB", "merge MB", "error"], rows, right={2, 3, 4, 5, 6, 7, 8}))
-    print("peak RSS = VmHWM of the child; token loop / merge = peaks sampled every 50 ms in each phase.")
+                 "token loop MB", "merge MB", "anon / file MB", "error"], rows, right={2, 3, 4, 5, 6, 7, 8, 9}))
+    print("peak RSS = VmHWM of the child; token loop / merge = peaks sampled every 50 ms in each phase;\n"
+          "anon / file = the highest sample split into the process's own memory and file-backed pages\n"
+          "(mostly shared libraries' code, shared with every other process that maps them).")
     out["target"] = _target(sizes, out)
     return out
 

@@ -6,7 +6,9 @@ Prints one line ``BENCH_RESULT {json}`` on stdout (also on failure, with ``error
 records, seconds (the timed ``run`` only), the process's peak RSS (``rss_peak_mb``: VmHWM on Linux,
 i.e. ``ru_maxrss`` without the parent's pre-exec high-water mark; the whole process: interpreter,
 imports, the run), the RSS after ``prepare`` (``rss_base_mb``)
-and, from a sampling thread, the peak per phase the contender marked (``rss_phases_mb``).
+and, from a sampling thread, the peak per phase the contender marked (``rss_phases_mb``) and the
+split of the highest sample (``rss_split_mb``: anonymous memory, which is this process's own, and
+file-backed pages, mostly the shared libraries' code, which processes share).
 ``--start-at`` waits until that wall-clock time after ``prepare``: the concurrency section starts
 N harvests at the same instant this way.
 """
@@ -25,6 +27,22 @@ from contextlib import contextmanager
 from pathlib import Path
 
 RESULT_PREFIX = "BENCH_RESULT "
+
+
+def rss_split_mb() -> dict[str, float]:
+    """This process's resident memory now, split: RssAnon and RssFile (+RssShmem) of /proc, in MB."""
+    out: dict[str, float] = {}
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in ("RssAnon", "RssFile", "RssShmem"):
+                    out[key] = int(value.split()[0]) / 1024
+    except (OSError, ValueError):
+        return {}
+    if not out:
+        return {}
+    return {"anon": round(out.get("RssAnon", 0), 1), "file": round(out.get("RssFile", 0) + out.get("RssShmem", 0), 1)}
 
 
 def current_rss_bytes() -> int:
@@ -122,6 +140,7 @@ class Sampler:
         self.phase_file = phase_file  # the parent reads it if it has to kill this process
         self.phase = "prepare"
         self.peaks: dict[str, int] = {}
+        self.highest, self.split_at_highest = 0, {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="bench-rss-sampler", daemon=True)
 
@@ -138,6 +157,8 @@ class Sampler:
         rss = current_rss_bytes()
         if rss > self.peaks.get(self.phase, 0):
             self.peaks[self.phase] = rss
+        if rss > self.highest:
+            self.highest, self.split_at_highest = rss, rss_split_mb()
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
@@ -199,6 +220,7 @@ def measure(name: str, spec, workdir: Path, *, start_at: float | None = None, in
             except Exception:  # noqa: BLE001
                 traceback.print_exc(file=sys.stderr)
     out["rss_phases_mb"] = sampler.stop()
+    out["rss_split_mb"] = sampler.split_at_highest
     out["rss_peak_mb"] = peak_rss_mb()
     return out
 

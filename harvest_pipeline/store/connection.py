@@ -25,6 +25,11 @@ DEFAULT_MEMORY_LIMIT = "128MB"
 THREADS_ENV = "HARVEST_DUCKDB_THREADS"
 
 
+def configured_memory_limit() -> str:
+    """DuckDB's memory limit for every connection (HARVEST_DUCKDB_MEMORY_LIMIT, default 128MB)."""
+    return os.environ.get("HARVEST_DUCKDB_MEMORY_LIMIT") or DEFAULT_MEMORY_LIMIT
+
+
 def default_db_path() -> Path:
     return Path(os.environ.get("HARVEST_DUCKDB_PATH") or DEFAULT_DB_PATH)
 
@@ -70,7 +75,7 @@ def connection_config(db_path: str | Path) -> dict:
     threads = os.environ.get(THREADS_ENV)
     return {
         **({"threads": int(threads)} if threads else {}),
-        "memory_limit": os.environ.get("HARVEST_DUCKDB_MEMORY_LIMIT") or DEFAULT_MEMORY_LIMIT,
+        "memory_limit": configured_memory_limit(),
         # One folder per process: DuckDB names its spill files the same in every process.
         "temp_directory": str(spill_root / str(os.getpid())),
         "preserve_insertion_order": False,

@@ -16,6 +16,7 @@ from pathlib import Path
 import duckdb
 
 from harvest_pipeline.errors import HarvestError
+from harvest_pipeline.store import merge_memory
 from harvest_pipeline.store.clock import utcnow
 from harvest_pipeline.store.backend import EMBEDDED, dialect
 from harvest_pipeline.store.columns import DROPPED_BY_TOMBSTONE, VALUE_COLUMNS, identifier_key_sql
@@ -214,10 +215,13 @@ def merge_staging(
     has_quarantine = _expose_staging(con, staging_file)
     # No clean-up in a `finally`: after an error the transaction is aborted, and the next merge on
     # this connection registers its own files under the same names.
-    counts = _merge_attached(
-        con, source_id=source_id, window_start=window_start, window_end=window_end,
-        run_id=run_id, attempt_id=attempt_id, now=now, has_quarantine=has_quarantine,
-    )
+    try:
+        counts = _merge_attached(
+            con, source_id=source_id, window_start=window_start, window_end=window_end,
+            run_id=run_id, attempt_id=attempt_id, now=now, has_quarantine=has_quarantine,
+        )
+    finally:
+        merge_memory.done(con)  # a large window's memory limit, whole again
     _hide_staging(con)
     return counts
 
@@ -232,6 +236,7 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
         # keeps them all: its lookup of the catalogue's keys is a scan that threads share.
         # (An instance-wide setting: the catalogue's instance is this window's, or this process's.)
         con.execute("SET threads = 1")
+        merge_memory.classifying(con)  # its writes run at a lower limit (store/merge_memory.py)
     # Most windows quarantine nothing: each statement skipped is a few ms of a small window's merge.
     quarantined, unparsed = con.execute(
         "SELECT count(*), count(*) FILTER (WHERE kind = 'parse') FROM stg.page_quarantine"
@@ -398,6 +403,7 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     # revising 100,000 records of a large catalogue does not survive. A large window is written in
     # slices of pages (same transaction): each statement's join then holds one slice, not the window.
     inserted = updated = 0
+    merge_memory.writing(con)
     for first_page, last_page in _page_slices(con, page_rows):
         n_inserted, n_updated = _write_slice(
             con, first_page, last_page, source_id=source_id, window_start=window_start, window_end=window_end,

@@ -1,0 +1,90 @@
+"""The DuckDB memory limit of a large window's merge: whole while it classifies, lower while it writes.
+
+A large window's classification (`classified`: a hash join over the whole window) needs the
+limit: at 1,000,000 records it ran out of memory below 128 MB. Its writes do not, but DuckDB's
+buffer pool fills up to the limit with the rows written (blocks it keeps because nothing asks it
+to let them go), and that was the window harvest's peak. So the writes run at WRITE_SHARE of the
+limit: at the default 128 MB, 80 MB; a window harvest then peaked at 392 MB instead of 433 MB
+(100,000 records) and 417 MB instead of 467-478 MB (1,000,000), where the classification now sets
+the peak (bench --rss).
+
+The limit belongs to the DuckDB instance, which merges of one process share (a batch run merges two
+windows at once on cursors of its catalogue): the limit is lowered only while no large merge of
+this process is still classifying, and a merge that starts classifying raises it again first.
+The settings go through a cursor of their own, so a refused change (DuckDB could not let enough
+go) leaves the merge's transaction alone: the writes then run at the whole limit.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+
+import duckdb
+
+from harvest_pipeline.store.connection import configured_memory_limit
+
+log = logging.getLogger(__name__)
+
+# The share of the memory limit a large window's writes run at (80 MB of the default 128 MB;
+# 48 MB ran out of memory at 1,000,000 records, bench --rss).
+WRITE_SHARE = 0.625
+# Never lower below this: a limit already this small is left whole.
+WRITE_FLOOR_BYTES = 64 * 1000 * 1000
+
+_lock = threading.Lock()
+_merges: dict[int, str] = {}  # id(connection) of this process's large merges -> "classifying" | "writing"
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def _bytes(limit: str) -> int | None:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", limit.lower())
+    if not m or m.group(2) not in _UNITS:
+        return None  # a form this module does not read (DuckDB's percentages): left whole
+    return int(float(m.group(1)) * _UNITS[m.group(2)])
+
+
+def write_limit(limit: str) -> str | None:
+    """The limit a large window's writes run at, or None to leave `limit` as it is."""
+    full = _bytes(limit)
+    if full is None or full * WRITE_SHARE < WRITE_FLOOR_BYTES:
+        return None
+    return f"{int(full * WRITE_SHARE) // 1000}KB"
+
+
+def _set(con: duckdb.DuckDBPyConnection, limit: str) -> None:
+    try:
+        with con.cursor() as setting:
+            setting.execute(f"SET memory_limit = '{limit}'")
+    except duckdb.Error as exc:  # DuckDB could not let enough go: the merge goes on at the limit it has
+        log.debug("memory_limit stays: SET memory_limit = '%s' failed: %s", limit, exc)
+
+
+def classifying(con: duckdb.DuckDBPyConnection) -> None:
+    """A large window's merge begins: the whole limit until it writes (call `done` at its end)."""
+    with _lock:
+        _merges[id(con)] = "classifying"
+        _set(con, configured_memory_limit())
+
+
+def writing(con: duckdb.DuckDBPyConnection) -> None:
+    """Its classification is done: lower the limit if no other large merge still classifies."""
+    with _lock:
+        if id(con) not in _merges:
+            return
+        _merges[id(con)] = "writing"
+        lower = write_limit(configured_memory_limit())
+        if lower is not None and "classifying" not in _merges.values():
+            _set(con, lower)
+
+
+def done(con: duckdb.DuckDBPyConnection) -> None:
+    """The merge ended (written or failed): the whole limit again unless another merge writes."""
+    with _lock:
+        if _merges.pop(id(con), None) is None:
+            return
+        if "writing" not in _merges.values():
+            _set(con, configured_memory_limit())

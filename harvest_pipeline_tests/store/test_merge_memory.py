@@ -1,0 +1,108 @@
+"""A large window's merge writes at a lower DuckDB memory limit and gives the whole limit back."""
+
+from datetime import timedelta
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+from harvest_pipeline.store import connect, merge_memory
+from harvest_pipeline.store import merge as merge_module
+from harvest_pipeline.store.merge import merge_staging
+from harvest_pipeline.store.staging import StagingWindow, staging_path
+from harvest_pipeline_tests.store.test_merge import W0, W1, _rows
+
+WHOLE, LOWER = "122.0 MiB", "76.2 MiB"  # 128MB and 80MB as DuckDB shows them
+
+
+def _limit(con) -> str:
+    with con.cursor() as c:
+        return c.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+
+
+def _stage_three_pages(db):
+    t = W0 + timedelta(hours=1)
+    path = staging_path(db, "src", W0)
+    st = StagingWindow(path)
+    st.start_attempt("run", "k")
+    for number in (1, 2, 3):
+        rows = _rows((f"r{number}a", t, False, "<x>a</x>"), (f"r{number}b", t, False, "<x>b</x>"))
+        rows = rows.set_column(rows.schema.get_field_index("page_number"), "page_number", pa.array([number] * 2, pa.int32()))
+        st.write_page(rows, next_token=None if number == 3 else f"t{number}", complete_list_size=None,
+                      response_date=None, warnings=[])
+    st.close()
+    return path
+
+
+@pytest.fixture
+def db(tmp_path, monkeypatch):
+    monkeypatch.delenv("HARVEST_DUCKDB_MEMORY_LIMIT", raising=False)
+    monkeypatch.setattr(merge_module, "MERGE_SLICE_ROWS", 2)  # these 6 records make a large window
+    return tmp_path / "cat.duckdb"
+
+
+def test_a_large_window_classifies_at_the_whole_limit_writes_at_a_lower_one_and_gives_it_back(db, monkeypatch):
+    seen = {"classifying": set(), "writing": set()}
+    small_list, write_slice = merge_module._small_list, merge_module._write_slice
+
+    def watched_small_list(con, query):
+        seen["classifying"].add(_limit(con))
+        return small_list(con, query)
+
+    def watched_write_slice(con, *args, **kwargs):
+        seen["writing"].add(_limit(con))
+        return write_slice(con, *args, **kwargs)
+
+    monkeypatch.setattr(merge_module, "_small_list", watched_small_list)
+    monkeypatch.setattr(merge_module, "_write_slice", watched_write_slice)
+    path = _stage_three_pages(db)
+    with connect(db) as con:
+        assert _limit(con) == WHOLE
+        con.execute("BEGIN TRANSACTION")
+        counts = merge_staging(con, path, source_id="src", window_start=W0, window_end=W1, run_id="run", attempt_id="run")
+        con.execute("COMMIT")
+        after = _limit(con)
+        stored = con.execute("SELECT count(*) FROM records").fetchone()[0]
+    assert seen == {"classifying": {WHOLE}, "writing": {LOWER}}
+    assert after == WHOLE
+    assert (counts.created, stored) == (6, 6)
+
+
+def test_a_failed_large_merge_gives_the_whole_limit_back(db, monkeypatch):
+    def failing_write_slice(con, *args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(merge_module, "_write_slice", failing_write_slice)
+    path = _stage_three_pages(db)
+    with connect(db) as con:
+        con.execute("BEGIN TRANSACTION")
+        with pytest.raises(RuntimeError, match="disk full"):
+            merge_staging(con, path, source_id="src", window_start=W0, window_end=W1, run_id="run", attempt_id="run")
+        con.execute("ROLLBACK")
+        assert _limit(con) == WHOLE
+
+
+def test_merges_sharing_an_instance_lower_the_limit_only_when_none_still_classifies(monkeypatch):
+    monkeypatch.delenv("HARVEST_DUCKDB_MEMORY_LIMIT", raising=False)
+    root = duckdb.connect(config={"memory_limit": "128MB"})
+    a, b = root.cursor(), root.cursor()
+    merge_memory.classifying(a)
+    merge_memory.classifying(b)
+    merge_memory.writing(a)
+    assert _limit(root) == WHOLE  # b still classifies
+    merge_memory.writing(b)
+    assert _limit(root) == LOWER
+    merge_memory.classifying(a2 := root.cursor())  # a third merge begins: whole again before it reads
+    assert _limit(root) == WHOLE
+    merge_memory.done(a2)
+    merge_memory.done(a)
+    assert _limit(root) == WHOLE
+    merge_memory.done(b)
+    assert _limit(root) == WHOLE
+
+
+def test_the_write_limit_is_a_share_of_the_configured_one_never_below_the_floor():
+    assert merge_memory.write_limit("128MB") == "80000KB"
+    assert merge_memory.write_limit("1GiB") == "671088KB"
+    assert merge_memory.write_limit("64MB") is None  # 40 MB would be below the floor
+    assert merge_memory.write_limit("50%") is None  # a form it does not read: left whole
