@@ -132,8 +132,9 @@ def _read_received_fingerprints(con) -> None:
         UPDATE stored SET received_fp = w.fp
         FROM (SELECT p.identifier, {received_fp} AS fp
               FROM stg.page_records p
-              JOIN latest l ON l.identifier = p.identifier AND l.pos = p.page_number::BIGINT * 1000000 + p.seq
-              SEMI JOIN stored s ON s.identifier = p.identifier AND s.fp IS NOT NULL) w
+              JOIN (SELECT l.identifier, l.pos FROM latest l
+                    SEMI JOIN stored s ON s.identifier = l.identifier AND s.fp IS NOT NULL) l
+                ON l.identifier = p.identifier AND l.pos = p.page_number::BIGINT * 1000000 + p.seq) w
         WHERE w.identifier = stored.identifier AND stored.fp IS NOT NULL
         """
     )
@@ -403,7 +404,12 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     # revising 100,000 records of a large catalogue does not survive. A large window is written in
     # slices of pages (same transaction): each statement's join then holds one slice, not the window.
     inserted = updated = 0
-    merge_memory.writing(con)
+    # Rows updated in place need the whole limit (a window of 1,000,000 new versions ran out of
+    # memory at 80 MB, not at 128): only a large window of new rows writes at the lower one.
+    if received > MERGE_SLICE_ROWS and not con.execute(
+        "SELECT count(*) FROM classified WHERE existed AND action IN ('updated', 'deleted', 'revived', 'restored')"
+    ).fetchone()[0]:
+        merge_memory.writing(con)
     for first_page, last_page in _page_slices(con, page_rows):
         n_inserted, n_updated = _write_slice(
             con, first_page, last_page, source_id=source_id, window_start=window_start, window_end=window_end,

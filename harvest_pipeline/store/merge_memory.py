@@ -3,8 +3,9 @@
 A large window's classification (`classified`: a hash join over the whole window) needs the
 limit: at 1,000,000 records it ran out of memory below 128 MB. Its writes do not, but DuckDB's
 buffer pool fills up to the limit with the rows written (blocks it keeps because nothing asks it
-to let them go), and that was the window harvest's peak. So the writes run at WRITE_SHARE of the
-limit: at the default 128 MB, 80 MB; a window harvest then peaked at 392 MB instead of 433 MB
+to let them go), and that was the window harvest's peak. So the writes of a window of new rows
+run at WRITE_SHARE of the limit (updating stored rows in place needs the whole of it: merge.py
+calls `writing` only for a window that updates none): at the default 128 MB, 80 MB; a window harvest then peaked at 392 MB instead of 433 MB
 (100,000 records) and 417 MB instead of 467-478 MB (1,000,000), where the classification now sets
 the peak (bench --rss).
 

@@ -68,6 +68,31 @@ def test_a_large_window_classifies_at_the_whole_limit_writes_at_a_lower_one_and_
     assert (counts.created, stored) == (6, 6)
 
 
+def test_a_large_window_that_updates_stored_rows_writes_at_the_whole_limit(db, monkeypatch):
+    # Updating rows in place needs it: 1,000,000 new versions ran out of memory at the lower limit.
+    path = _stage_three_pages(db)
+    with connect(db) as con:
+        con.execute("BEGIN TRANSACTION")
+        merge_staging(con, path, source_id="src", window_start=W0, window_end=W1, run_id="run", attempt_id="run")
+        con.execute("COMMIT")
+        con.execute("UPDATE records SET datestamp = datestamp - INTERVAL 1 HOUR")  # the staged versions are newer
+    seen = set()
+    write_slice = merge_module._write_slice
+
+    def watched_write_slice(con, *args, **kwargs):
+        seen.add(_limit(con))
+        return write_slice(con, *args, **kwargs)
+
+    monkeypatch.setattr(merge_module, "_write_slice", watched_write_slice)
+    with connect(db) as con:
+        con.execute("BEGIN TRANSACTION")
+        counts = merge_staging(con, path, source_id="src", window_start=W0, window_end=W1, run_id="again", attempt_id="again")
+        con.execute("COMMIT")
+        assert _limit(con) == WHOLE
+    assert counts.updated == 6
+    assert seen == {WHOLE}
+
+
 def test_a_failed_large_merge_gives_the_whole_limit_back(db, monkeypatch):
     def failing_write_slice(con, *args, **kwargs):
         raise RuntimeError("disk full")
