@@ -100,8 +100,7 @@ def _catalogue_facts(context, report: WindowReport) -> tuple[dict, dict]:
     if resource is None:
         return {}, {}
     counts = report.counts
-    # What the merge counted (a split window's report sums its sub-windows): no history to scan.
-    changed = counts.created + counts.updated + counts.deleted + counts.revived + counts.restored
+    changed = counts.changed  # what the merge counted (a split window's sums its sub-windows'): no history to scan
     from harvest_pipeline.harvest.split import SPLIT_ATTEMPT_PREFIX
 
     split = report.attempt_id.startswith(SPLIT_ATTEMPT_PREFIX)

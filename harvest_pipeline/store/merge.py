@@ -25,6 +25,10 @@ _ACTIONS = ("created", "updated", "unchanged", "deleted", "revived", "restored",
 # Identifiers listed more than once that a merge names (the duplicates check's message).
 DUPLICATE_EXAMPLES = 5
 
+# History actions that wrote the received version into `records` (the others left the row as it was).
+WRITING_ACTIONS = ("created", "updated", "deleted", "revived", "restored")
+_WRITES = "c.action IN (" + ", ".join(f"'{a}'" for a in WRITING_ACTIONS) + ")"  # of a `classified c` row
+
 # History actions after which `records` held the received version.
 _STORING_ACTIONS = ("created", "updated", "unchanged", "deleted", "revived", "restored")
 
@@ -50,6 +54,11 @@ class MergeCounts:
     def duplicates(self) -> int:
         """Listings that repeat an identifier already listed in this traversal."""
         return self.received - self.distinct_received
+
+    @property
+    def changed(self) -> int:
+        """Records this merge wrote (WRITING_ACTIONS)."""
+        return self.created + self.updated + self.deleted + self.revived + self.restored
 
     @property
     def upserted(self) -> int:
@@ -406,9 +415,7 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     inserted = updated = 0
     # Rows updated in place need the whole limit (a window of 1,000,000 new versions ran out of
     # memory at 80 MB, not at 128): only a large window of new rows writes at the lower one.
-    if received > MERGE_SLICE_ROWS and not con.execute(
-        "SELECT count(*) FROM classified WHERE existed AND action IN ('updated', 'deleted', 'revived', 'restored')"
-    ).fetchone()[0]:
+    if received > MERGE_SLICE_ROWS and not con.execute(f"SELECT count(*) FROM classified c WHERE c.existed AND {_WRITES}").fetchone()[0]:
         merge_memory.writing(con)
     for first_page, last_page in _page_slices(con, page_rows):
         n_inserted, n_updated = _write_slice(
@@ -473,17 +480,16 @@ def _write_slice(con, first_page, last_page, *, source_id, window_start, window_
     """Insert, update and record the history of the classified rows staged on these pages."""
     pages = (f"i.page_number BETWEEN {int(first_page)} AND {int(last_page)}"
              f" AND c.page_number BETWEEN {int(first_page)} AND {int(last_page)}")
-    writes = "c.action IN ('created', 'updated', 'deleted', 'revived', 'restored')"
     # A statement with nothing to write still reads its slice's staged rows, every column: a window
     # of new records skips the UPDATE, a window found unchanged both.
     to_insert, to_update = con.execute(
         f"SELECT count(*) FILTER (WHERE NOT c.existed), count(*) FILTER (WHERE c.existed) FROM classified c"
-        f" WHERE c.page_number BETWEEN {int(first_page)} AND {int(last_page)} AND {writes}"
+        f" WHERE c.page_number BETWEEN {int(first_page)} AND {int(last_page)} AND {_WRITES}"
     ).fetchone()
     changed = f"""
         FROM stg.page_records i
         JOIN classified c ON c.identifier = i.identifier AND c.page_number = i.page_number AND c.seq = i.seq
-        WHERE {pages} AND {writes}
+        WHERE {pages} AND {_WRITES}
     """
     values = ", ".join(_stored_value(c, "i.") for c in VALUE_COLUMNS)
     inserted = con.execute(

@@ -8,12 +8,9 @@ from typing import Any
 
 import duckdb
 
-from harvest_pipeline.store.backend import EMBEDDED, dialect
 from harvest_pipeline.store.clock import to_naive_utc
-from harvest_pipeline.store.columns import identifier_key_sql
+from harvest_pipeline.store.merge import WRITING_ACTIONS
 
-# History actions that changed the catalogue (unchanged and stale versions did not).
-CHANGING_ACTIONS = ("created", "updated", "deleted", "revived", "restored")
 TITLE_CHARS = 120
 
 
@@ -56,8 +53,9 @@ def changed_records(con: duckdb.DuckDBPyConnection, source_id: str, window_start
     newest datestamps first. The title is the record's current one (tombstones have none).
 
     The history rows are found by their window (row groups of other windows are skipped on their
-    statistics) and the titles by row id (the records' narrow `identifier_key` read first): on
-    2,000,000 records, about 18 ms against 23 ms for a join on identifiers plus a count of the history."""
+    statistics), then the titles of those records (`= ANY`, which DuckDB filters inside its scan;
+    `list_contains` was 6x slower): on 2,000,000 records about 12 ms, against 23 ms for a join on
+    identifiers plus a count of the history."""
     if (attempt_id is None) == (run_id is None):
         raise ValueError("give exactly one of attempt_id and run_id")
     by, value = ("attempt_id", attempt_id) if attempt_id is not None else ("run_id", run_id)
@@ -68,28 +66,16 @@ def changed_records(con: duckdb.DuckDBPyConnection, source_id: str, window_start
         ORDER BY datestamp DESC, identifier
         LIMIT ?
         """,
-        [source_id, to_naive_utc(window_start), to_naive_utc(window_end), value, list(CHANGING_ACTIONS), limit],
+        [source_id, to_naive_utc(window_start), to_naive_utc(window_end), value, list(WRITING_ACTIONS), limit],
     ).fetchall()
     if not changed:
         return []
     identifiers = sorted({i for i, _, _ in changed})
-    if dialect(con) == EMBEDDED:
-        # Row ids by the narrow key column first, then the titles of those rows only.
-        keys = con.execute(f"SELECT list({identifier_key_sql('i')}) FROM unnest(?::VARCHAR[]) t(i)", [identifiers]).fetchone()[0]
-        row_ids = [r[0] for r in con.execute(
-            f"SELECT rowid FROM records WHERE source_id = ? AND identifier_key IN ({', '.join(str(int(k)) for k in keys)})",
-            [source_id],
-        ).fetchall()]
-        found = con.execute(
-            f"SELECT identifier, title FROM records WHERE rowid IN ({', '.join(str(int(r)) for r in row_ids) or 'NULL'})"
-        ).fetchall()
-    else:  # a shared catalogue finds them through its own index
-        found = con.execute(
-            "SELECT identifier, title FROM records WHERE source_id = ? AND list_contains(?, identifier)",
-            [source_id, identifiers],
-        ).fetchall()
-    wanted = set(identifiers)
-    titles = {i: t for i, t in found if i in wanted}  # a key shared by another identifier finds its row too
+    found = con.execute(
+        "SELECT identifier, title FROM records WHERE source_id = ? AND identifier = ANY(?)",
+        [source_id, identifiers],
+    ).fetchall()
+    titles = dict(found)
     return [
         {"identifier": i, "datestamp": _utc(d), "action": a, "title": _short(titles.get(i))} for i, d, a in changed
     ]
