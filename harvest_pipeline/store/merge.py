@@ -101,11 +101,12 @@ def _sql_list(values: list) -> str:
 
 
 def _read_same_versions(con, stored_fp: str, *, check_identifiers: bool) -> bool:
-    """Fill `stored`'s content hash and fingerprint for the rows whose datestamp is the received
-    one's (or both deleted): only those can be 'unchanged' or 'restored'; for the others the
-    datestamps and deletion flags decide. With `check_identifiers` (rows found by key alone), the
-    rows read here and the rows a stale version leaves alone get their stored identifier checked;
-    the rows the merge rewrites are checked by the UPDATE itself. Returns whether it read any."""
+    """Create `compared_stored`: the stored content hash and fingerprint of the rows whose datestamp is
+    the received one's (or both deleted): only those can be 'unchanged' or 'restored'; for the
+    others the datestamps and deletion flags decide. With `check_identifiers` (rows found by key
+    alone), the rows read here and the rows a stale version leaves alone get their stored
+    identifier checked; the rows the merge rewrites are checked by the UPDATE itself. Returns
+    whether it read any."""
     same = f"""
         SELECT s.row_id FROM stored s
         JOIN stg.page_records p ON p.identifier = s.identifier
@@ -117,12 +118,16 @@ def _read_same_versions(con, stored_fp: str, *, check_identifiers: bool) -> bool
     if row_ids == []:
         return False
     wanted = f"({same})" if row_ids is None else _sql_list(row_ids)
+    # Tables of their own, not an UPDATE of `stored`: DuckDB holds a transaction's updated values
+    # in memory, and a window of 1,000,000 records merged again unchanged did not fit in 256 MB.
+    # A table written by a query spills to disk.
     con.execute(
         f"""
-        UPDATE stored SET content_hash = w.content_hash, fp = w.fp
-        FROM (SELECT r.rowid AS row_id, r.identifier, r.content_hash, {stored_fp} AS fp FROM records r
-              WHERE r.rowid IN {wanted}) w
-        WHERE w.row_id = stored.row_id
+        CREATE OR REPLACE TEMP TABLE compared_stored AS
+        SELECT s.identifier, w.content_hash, w.fp
+        FROM stored s
+        JOIN (SELECT r.rowid AS row_id, r.content_hash, {stored_fp} AS fp FROM records r
+              WHERE r.rowid IN {wanted}) w ON w.row_id = s.row_id
         """
     )
     if check_identifiers:
@@ -131,22 +136,33 @@ def _read_same_versions(con, stored_fp: str, *, check_identifiers: bool) -> bool
     return True
 
 
-def _read_received_fingerprints(con) -> None:
-    """Fill `stored.received_fp`, the fingerprint of the received version, where the stored one was
-    read: only those rows compare them. (An md5 over every value column, the raw XML included,
-    for every received row was a quarter of a 100,000-record window's merge.)"""
+def _compare_fingerprints(con, *, stored_side: str) -> None:
+    """Create `compared`: for each row of `stored_side` (identifier, content_hash, fp: the stored
+    versions worth comparing), its content hash and whether the received version's fingerprint
+    is the stored one's. Only those rows get a received fingerprint (an md5 over every value
+    column, the raw XML included, for every received row was a quarter of a 100,000-record
+    window's merge)."""
     received_fp = _fingerprint({c: _stored_value(c, "p.") for c in VALUE_COLUMNS})
+    # Two statements, each with one large join: the staged rows stream past the narrow (identifier,
+    # position) of the rows compared, then the fingerprints meet. (One statement holding both
+    # sides' fingerprints ran a 1,000,000-record window out of 128 MB.)
     con.execute(
         f"""
-        UPDATE stored SET received_fp = w.fp
-        FROM (SELECT p.identifier, {received_fp} AS fp
-              FROM stg.page_records p
-              JOIN (SELECT l.identifier, l.pos FROM latest l
-                    SEMI JOIN stored s ON s.identifier = l.identifier AND s.fp IS NOT NULL) l
-                ON l.identifier = p.identifier AND l.pos = p.page_number::BIGINT * 1000000 + p.seq) w
-        WHERE w.identifier = stored.identifier AND stored.fp IS NOT NULL
+        CREATE OR REPLACE TEMP TABLE received AS
+        SELECT p.identifier, {received_fp} AS fp
+        FROM stg.page_records p
+        JOIN (SELECT l.identifier, l.pos FROM latest l SEMI JOIN {stored_side} v ON v.identifier = l.identifier) l
+          ON l.identifier = p.identifier AND l.pos = p.page_number::BIGINT * 1000000 + p.seq
         """
     )
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE compared AS
+        SELECT v.identifier, v.content_hash, v.fp = x.fp AS same_fp
+        FROM {stored_side} v JOIN received x ON x.identifier = v.identifier
+        """
+    )
+    con.execute("DROP TABLE received")
 
 
 def _check_identifiers(con, mismatches_sql: str) -> None:
@@ -316,8 +332,7 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
         n_stored = con.execute(
             f"""
             CREATE OR REPLACE TEMP TABLE stored AS
-            SELECT f.row_id, l.identifier, f.datestamp, f.deleted, NULL::VARCHAR AS content_hash, NULL::VARCHAR AS fp,
-                   NULL::VARCHAR AS received_fp
+            SELECT f.row_id, l.identifier, f.datestamp, f.deleted
             FROM (SELECT rowid AS row_id, identifier_key, datestamp, deleted FROM records
                   WHERE source_id = ? AND identifier_key IN {window_keys}) f
             JOIN latest l ON l.identifier_key = f.identifier_key
@@ -333,9 +348,8 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
         n_stored = con.execute(
             f"""
             CREATE OR REPLACE TEMP TABLE stored AS
-            SELECT {'r.rowid' if by_rowid else 'NULL::BIGINT'} AS row_id, r.identifier, r.datestamp, r.deleted,
-                   {'NULL::VARCHAR' if by_rowid else 'r.content_hash'} AS content_hash,
-                   {'NULL::VARCHAR' if by_rowid else stored_fp} AS fp, NULL::VARCHAR AS received_fp
+            SELECT {'r.rowid' if by_rowid else 'NULL::BIGINT'} AS row_id, r.identifier, r.datestamp, r.deleted
+                   {'' if by_rowid else f', r.content_hash, {stored_fp} AS fp'}
             FROM records r
             WHERE {found}
             """,
@@ -349,7 +363,10 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     else:
         fingerprinted = True
     if fingerprinted:
-        _read_received_fingerprints(con)
+        # The embedded file read the stored versions worth comparing; a shared catalogue, all.
+        _compare_fingerprints(con, stored_side="compared_stored" if by_rowid else "stored")
+        if by_rowid:
+            con.execute("DROP TABLE compared_stored")
     # A received record with no row whose history shows it was stored before: its row was
     # deleted by hand. Its last stored version says whether the harvest restores that version,
     # and its first sighting stays its first_seen_at. Only identifiers without a row are looked up;
@@ -376,6 +393,10 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
         """,
         [source_id],
     )
+    # The stored and received fingerprints, where read (a window without a stored version like the
+    # received one compares none).
+    compare = ("LEFT JOIN compared v ON v.identifier = i.identifier" if fingerprinted else
+               "CROSS JOIN (SELECT NULL::VARCHAR AS content_hash, NULL::BOOLEAN AS same_fp) v")
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE classified AS
@@ -391,12 +412,12 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
                     ELSE 'updated'
                 END
                 WHEN i.datestamp < r.datestamp THEN 'stale'            -- never overwrite a newer version
-                WHEN i.deleted AND r.deleted THEN CASE WHEN r.fp = r.received_fp THEN 'unchanged' ELSE 'restored' END
+                WHEN i.deleted AND r.deleted THEN CASE WHEN v.same_fp THEN 'unchanged' ELSE 'restored' END
                 WHEN i.deleted THEN 'deleted'
                 WHEN r.deleted THEN 'revived'
-                WHEN r.content_hash IS NOT DISTINCT FROM i.content_hash
+                WHEN v.content_hash IS NOT DISTINCT FROM i.content_hash
                      AND r.datestamp IS NOT DISTINCT FROM i.datestamp
-                    THEN CASE WHEN r.fp = r.received_fp THEN 'unchanged' ELSE 'restored' END
+                    THEN CASE WHEN v.same_fp THEN 'unchanged' ELSE 'restored' END
                 ELSE 'updated'
             END AS action
         FROM (
@@ -406,6 +427,7 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
         ) i
         LEFT JOIN stored r ON r.identifier = i.identifier
         LEFT JOIN stored_before h ON h.identifier = i.identifier
+        {compare}
         """
     )
     # New rows are inserted and existing ones updated in place, in two statements: DuckDB's
@@ -435,6 +457,8 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     con.execute("DROP TABLE classified")
     con.execute("DROP TABLE stored")
     con.execute("DROP TABLE stored_before")
+    if fingerprinted:
+        con.execute("DROP TABLE compared")
     con.execute("DROP TABLE latest")
     return MergeCounts(
         received=int(received),

@@ -131,3 +131,17 @@ def test_the_write_limit_is_a_share_of_the_configured_one_never_below_the_floor(
     assert merge_memory.write_limit("1GiB") == "671088KB"
     assert merge_memory.write_limit("64MB") is None  # 40 MB would be below the floor
     assert merge_memory.write_limit("50%") is None  # a form it does not read: left whole
+
+
+def test_a_large_window_merged_again_unchanged_fits_a_limit_the_window_outgrows(tmp_path, monkeypatch):
+    # The fingerprints of a window found already stored went into `stored` by UPDATE, whose new
+    # values DuckDB holds in memory until the commit: 1,000,000 records did not fit in 256 MB.
+    # Tables written by queries spill. Scaled down: 100,000 records (about 130 MB staged) at 64 MB.
+    from harvest_pipeline.bench.upsert_section import build_staging, merge_into
+
+    staged = build_staging(tmp_path / "window.stage", 0, 100_000, version=0)
+    db = tmp_path / "cat.duckdb"
+    _, first, _ = merge_into(db, staged)
+    monkeypatch.setenv("HARVEST_DUCKDB_MEMORY_LIMIT", "64MB")
+    _, again, _ = merge_into(db, staged)
+    assert (first.created, again.unchanged, again.changed) == (100_000, 100_000, 0)
