@@ -257,12 +257,7 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     page_rows = _page_rows(con)
     received = sum(n for _, n in page_rows)
     if received > MERGE_SLICE_ROWS and dialect(con) == EMBEDDED:
-        # Each thread's operators hold their own buffers: at the 128 MB limit a 1,000,000-record
-        # merge ran out of memory with two threads, not with one (bench --rss). A small window
-        # keeps them all: its lookup of the catalogue's keys is a scan that threads share.
-        # (An instance-wide setting: the catalogue's instance is this window's, or this process's.)
-        con.execute("SET threads = 1")
-        merge_memory.classifying(con)  # its writes run at a lower limit (store/merge_memory.py)
+        merge_memory.classifying(con)  # one thread; its writes at a lower limit (store/merge_memory.py)
     # Most windows quarantine nothing: each statement skipped is a few ms of a small window's merge.
     quarantined, unparsed = con.execute(
         "SELECT count(*), count(*) FILTER (WHERE kind = 'parse') FROM stg.page_quarantine"

@@ -1,4 +1,9 @@
-"""The DuckDB memory limit of a large window's merge: whole while it classifies, lower while it writes.
+"""The DuckDB settings of a large window's merge: one thread, and the whole memory limit while it
+classifies, a lower one while it writes; the instance's own settings back when it ends.
+
+Each thread's operators hold their own buffers: at the 128 MB limit a 1,000,000-record merge ran
+out of memory with two threads, not with one (bench --rss). A small window keeps them all: its
+lookup of the catalogue's keys is a scan that threads share.
 
 A large window's classification (`classified`: a hash join over the whole window) needs the
 limit: at 1,000,000 records it ran out of memory below 128 MB. Its writes do not, but DuckDB's
@@ -9,7 +14,7 @@ calls `writing` only for a window that updates none): at the default 128 MB, 80 
 (100,000 records) and 417 MB instead of 467-478 MB (1,000,000), where the classification now sets
 the peak (bench --rss).
 
-The limit belongs to the DuckDB instance, which merges of one process share (a batch run merges two
+The settings belong to the DuckDB instance, which merges of one process share (a batch run merges two
 windows at once on cursors of its catalogue): the limit is lowered only while no large merge of
 this process is still classifying, and a merge that starts classifying raises it again first.
 The settings go through a cursor of their own, so a refused change (DuckDB could not let enough
@@ -36,6 +41,7 @@ WRITE_FLOOR_BYTES = 64 * 1000 * 1000
 
 _lock = threading.Lock()
 _merges: dict[int, str] = {}  # id(connection) of this process's large merges -> "classifying" | "writing"
+_threads_before: list[int] = []  # the instance's threads before the first of its running large merges
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -65,8 +71,13 @@ def _set(con: duckdb.DuckDBPyConnection, limit: str) -> None:
 
 
 def classifying(con: duckdb.DuckDBPyConnection) -> None:
-    """A large window's merge begins: the whole limit until it writes (call `done` at its end)."""
+    """A large window's merge begins: one thread, and the whole limit until it writes (call `done`
+    at its end)."""
     with _lock:
+        with con.cursor() as setting:
+            if not _merges:
+                _threads_before[:] = [setting.execute("SELECT current_setting('threads')").fetchone()[0]]
+            setting.execute("SET threads = 1")
         _merges[id(con)] = "classifying"
         _set(con, configured_memory_limit())
 
@@ -83,9 +94,13 @@ def writing(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def done(con: duckdb.DuckDBPyConnection) -> None:
-    """The merge ended (written or failed): the whole limit again unless another merge writes."""
+    """The merge ended (written or failed): the whole limit again unless another merge writes, and
+    the instance's threads once no large merge is left."""
     with _lock:
         if _merges.pop(id(con), None) is None:
             return
         if "writing" not in _merges.values():
             _set(con, configured_memory_limit())
+        if not _merges and _threads_before:
+            with con.cursor() as setting:
+                setting.execute(f"SET threads = {int(_threads_before.pop())}")

@@ -145,3 +145,25 @@ def test_a_large_window_merged_again_unchanged_fits_a_limit_the_window_outgrows(
     monkeypatch.setenv("HARVEST_DUCKDB_MEMORY_LIMIT", "64MB")
     _, again, _ = merge_into(db, staged)
     assert (first.created, again.unchanged, again.changed) == (100_000, 100_000, 0)
+
+
+def test_a_large_window_merges_on_one_thread_and_gives_the_instance_its_threads_back(db, monkeypatch):
+    # `threads` belongs to the DuckDB instance, which a batch run's merges share: one large window
+    # left every later merge of the process on one thread.
+    seen = set()
+    small_list = merge_module._small_list
+
+    def watched_small_list(con, query):
+        with con.cursor() as c:
+            seen.add(c.execute("SELECT current_setting('threads')").fetchone()[0])
+        return small_list(con, query)
+
+    monkeypatch.setattr(merge_module, "_small_list", watched_small_list)
+    path = _stage_three_pages(db)
+    with connect(db) as con:
+        con.execute("SET threads = 3")
+        con.execute("BEGIN TRANSACTION")
+        merge_staging(con, path, source_id="src", window_start=W0, window_end=W1, run_id="run", attempt_id="run")
+        con.execute("COMMIT")
+        after = con.execute("SELECT current_setting('threads')").fetchone()[0]
+    assert (seen, after) == ({1}, 3)
