@@ -63,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--rss-runs", type=int, default=1, help="runs per size and variant (default 1)")
     s.add_argument("--rss-cap-mb", type=float, default=8000,
                    help="kill a harvest child whose RSS passes this (default 8000; protects a shared machine)")
+    s.add_argument("--rss-again", choices=("yes", "no"), default="yes",
+                   help="also harvest each window again into the catalogue holding it (default yes)")
     s.add_argument("--rss-what-if", default='{"memory_limit": "256MB"}',
                    help='DuckDB settings for a what-if row per size, JSON (default {"memory_limit": "256MB"}; "none")')
     s.add_argument("--upsert", action="store_true", help="DuckDB merge throughput: N staged rows into M stored")

@@ -256,7 +256,7 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     # Rows per page: the window's size now, its slices later (one read of the staged files).
     page_rows = _page_rows(con)
     received = sum(n for _, n in page_rows)
-    if received > MERGE_SLICE_ROWS and dialect(con) == EMBEDDED:
+    if received > LARGE_WINDOW_ROWS and dialect(con) == EMBEDDED:
         merge_memory.classifying(con)  # one thread; its writes at a lower limit (store/merge_memory.py)
     # Most windows quarantine nothing: each statement skipped is a few ms of a small window's merge.
     quarantined, unparsed = con.execute(
@@ -432,7 +432,7 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     inserted = updated = 0
     # Rows updated in place need the whole limit (a window of 1,000,000 new versions ran out of
     # memory at 80 MB, not at 128): only a large window of new rows writes at the lower one.
-    if received > MERGE_SLICE_ROWS and not con.execute(f"SELECT count(*) FROM classified c WHERE c.existed AND {_WRITES}").fetchone()[0]:
+    if received > LARGE_WINDOW_ROWS and not con.execute(f"SELECT count(*) FROM classified c WHERE c.existed AND {_WRITES}").fetchone()[0]:
         merge_memory.writing(con)
     for first_page, last_page in _page_slices(con, page_rows):
         n_inserted, n_updated = _write_slice(
@@ -469,6 +469,11 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
 # Rows written per statement of a large window's merge: the join of one slice (its staged rows
 # and their classification) is what the statement holds in memory.
 MERGE_SLICE_ROWS = 20_000
+# A window of more rows merges on one thread and writes at a lower memory limit (store/merge_memory.py).
+# Not the slice size: windows up to 20,000 records, merged on two threads at the whole limit, set
+# the harvest's peak RSS (395 MB at 20,000 records, 302 MB at 20,001; with this value 2,000: 225
+# MB at 2,000 records, 317 MB at 20,000; bench --rss). HARVEST_MERGE_LARGE_WINDOW_ROWS overrides it.
+LARGE_WINDOW_ROWS = int(os.environ.get("HARVEST_MERGE_LARGE_WINDOW_ROWS") or 2_000)
 
 
 def _page_rows(con) -> list[tuple[int, int]]:

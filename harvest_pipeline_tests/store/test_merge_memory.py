@@ -37,7 +37,8 @@ def _stage_three_pages(db):
 @pytest.fixture
 def db(tmp_path, monkeypatch):
     monkeypatch.delenv("HARVEST_DUCKDB_MEMORY_LIMIT", raising=False)
-    monkeypatch.setattr(merge_module, "MERGE_SLICE_ROWS", 2)  # these 6 records make a large window
+    monkeypatch.setattr(merge_module, "MERGE_SLICE_ROWS", 2)  # these 6 records make a large window,
+    monkeypatch.setattr(merge_module, "LARGE_WINDOW_ROWS", 2)  # written in slices
     return tmp_path / "cat.duckdb"
 
 
