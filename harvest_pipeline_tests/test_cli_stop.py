@@ -71,3 +71,83 @@ def test_a_signal_stops_at_the_next_page_and_a_rerun_resumes(tmp_path, sources_f
             ).fetchone()
         expected = demo.stats(from_=first.start, until=last.end - timedelta(seconds=1))["total"]
         assert stored == (expected, expected)
+
+
+def _signal_after(proc, demo, requests: int, signum) -> tuple[str, int]:
+    """Send `signum` once the provider served `requests` requests; (output, requests after it)."""
+    try:
+        deadline = time.monotonic() + 120
+        while demo.faults()["requests"] < requests:
+            assert proc.poll() is None, proc.communicate()[0]
+            assert time.monotonic() < deadline, "the harvest never reached the provider"
+            time.sleep(0.05)
+        at_signal = demo.faults()["requests"]
+        proc.send_signal(signum)
+        out, _ = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return out, demo.faults()["requests"] - at_signal
+
+
+def _env(tmp_path) -> dict:
+    return {
+        **os.environ,
+        "HARVEST_SOURCES_FILE": str(tmp_path / "sources.yaml"),
+        "HARVEST_DUCKDB_PATH": str(tmp_path / "data" / "harvest.duckdb"),
+        "DAGSTER_HOME": str(tmp_path / "dagster_home"),
+    }
+
+
+def test_a_signal_stops_a_full_harvest_at_the_next_page_and_a_rerun_resumes(tmp_path, sources_file):
+    # The whole source in one listing: 8 days of 60 records, pages of 25 (20 pages), 0.3 s each.
+    with start_demo_provider(**demo_options(days=8, records_per_day=60, page_size=25, slow_ms=300)) as demo:
+        sources_file(demo=demo)
+        env = _env(tmp_path)
+        args = _cli("harvest", "demo", "--full")
+        proc = subprocess.Popen(args, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        out, after = _signal_after(proc, demo, 4, signal.SIGINT)
+        assert proc.returncode == 130, out
+        assert after <= 2, f"{after} requests after the signal\n{out}"
+        assert "stopped by SIGINT" in out and "run the same command again" in out, out
+        assert "Error occurred while executing op" not in out and "Traceback" not in out and "FAILED" not in out, out
+
+        served = demo.faults()["requests"]
+        demo.set_options(slow_ms=0)
+        again = subprocess.run(args, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0, again.stdout + again.stderr
+        expected = demo.stats()["total"]
+        assert f"{expected} records of completeListSize {expected}" in again.stdout and "verified" in again.stdout
+        # It resumed: the pages committed before the stop were not fetched again.
+        assert demo.faults()["requests"] - served < 20, again.stdout
+        with connect(tmp_path / "data" / "harvest.duckdb") as con:
+            stored = con.execute("SELECT count(*), count(DISTINCT identifier) FROM records").fetchone()
+        assert stored == (expected, expected)
+
+
+def test_a_signal_stops_a_selected_reharvest_after_the_current_record_and_merges_those_fetched(tmp_path, sources_file):
+    with start_demo_provider(**demo_options(days=2, records_per_day=20, page_size=25, slow_ms=0)) as demo:
+        sources_file(demo=demo)
+        env = _env(tmp_path)
+        listed = subprocess.run(_cli("harvest", "demo", "--full"), env=env, cwd=tmp_path, capture_output=True,
+                                text=True, timeout=300)
+        assert listed.returncode == 0, listed.stdout + listed.stderr
+        with connect(tmp_path / "data" / "harvest.duckdb") as con:
+            identifiers = [r[0] for r in con.execute(
+                "SELECT identifier FROM records WHERE NOT deleted ORDER BY identifier LIMIT 8").fetchall()]
+        demo.set_options(slow_ms=400)
+        proc = subprocess.Popen(_cli("harvest", "demo", *[a for i in identifiers for a in ("--identifier", i)]),
+                                env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        served = demo.faults()["requests"]
+        out, after = _signal_after(proc, demo, served + 2, signal.SIGTERM)
+        assert proc.returncode == 143, out
+        assert after <= 1, f"{after} requests after the signal\n{out}"
+        assert "stopped by SIGTERM" in out and "Traceback" not in out and "FAILED" not in out, out
+        fetched = [i for i in identifiers if f"{i}  unchanged" in out]
+        not_fetched = [i for i in identifiers if f"{i}  NOT FETCHED" in out]
+        assert fetched and not_fetched and len(fetched) + len(not_fetched) == len(identifiers), out
+        with connect(tmp_path / "data" / "harvest.duckdb") as con:
+            merged = {r[0] for r in con.execute(
+                "SELECT identifier FROM record_history WHERE attempt_id LIKE 'selected:%'").fetchall()}
+        assert merged == set(fetched)

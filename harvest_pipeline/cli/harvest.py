@@ -54,6 +54,8 @@ def cmd_harvest(args: argparse.Namespace) -> int:
     if not args.full and not args.identifiers and not _facts_ready(source):
         return 1
     defs = build_definitions([source])
+    # SIGTERM/SIGINT: finish the current page (or record), commit it, start nothing further, exit 128+N.
+    stop.install()
     if args.full:
         return _run_full(defs, args.source)
     if args.identifiers:
@@ -89,8 +91,6 @@ def cmd_harvest(args: argparse.Namespace) -> int:
             print("\r" + line.ljust(78), end="", flush=True)
 
     ranges = launch_ranges(windows, selected, source.windows_per_run)
-    # SIGTERM/SIGINT: finish the current page, commit it, start no further window, exit 128+N.
-    stop.install()
     unsubscribe = subscribe(show)
     instance = dg.DagsterInstance.get()
     failures = 0
@@ -258,6 +258,7 @@ def _run_full(defs, source_id: str) -> int:
 
     from harvest_pipeline.defs.jobs import FULL_JOB, FULL_OP, full_run_config
     from harvest_pipeline.defs.sensors import SOURCE_TAG
+    from harvest_pipeline.harvest import stop
     from harvest_pipeline.harvest.progress import subscribe
 
     interactive = sys.stdout.isatty()
@@ -279,6 +280,13 @@ def _run_full(defs, source_id: str) -> int:
         unsubscribe()
     if interactive:
         print("\r" + " " * 78 + "\r", end="")
+    if _interrupted_by_dagster(result):
+        stop.request()  # the signal came while Dagster, not the harvest, held the handlers
+    signum = stop.requested()
+    if signum is not None and not result.success:
+        print(f"{source_id}: full harvest stopped by {stop.signal_name(signum)}; the pages received are committed: "
+              f"run the same command again, it resumes from the last committed page  (run {result.run_id})")
+        return stop.exit_code(signum)
     if not result.success:
         print(f"{source_id}: full harvest FAILED: {failure_cause(result)}  (run {result.run_id})")
         return 1
@@ -299,6 +307,7 @@ def _run_selected(defs, source_id: str, identifiers: list[str]) -> int:
 
     from harvest_pipeline.defs.jobs import RECORDS_JOB, RECORDS_OP, records_run_config
     from harvest_pipeline.defs.sensors import SOURCE_TAG
+    from harvest_pipeline.harvest import stop
 
     result = defs.resolve_job_def(RECORDS_JOB).execute_in_process(
         instance=dg.DagsterInstance.get(), raise_on_error=False, tags={SOURCE_TAG: source_id},
@@ -316,7 +325,13 @@ def _run_selected(defs, source_id: str, identifiers: list[str]) -> int:
     for identifier in dict.fromkeys(i.strip() for i in identifiers if i.strip()):
         if identifier in out["not_found"]:
             print(f"  {identifier.ljust(width)}  NOT FOUND upstream (idDoesNotExist): the local record is left untouched")
+        elif identifier in out["not_fetched"]:
+            print(f"  {identifier.ljust(width)}  NOT FETCHED (stopped before its GetRecord)")
         else:
             print(f"  {identifier.ljust(width)}  {out['actions'].get(identifier, '?')}")
+    if out["stopped_by"]:
+        print(f"{source_id}: stopped by {stop.signal_name(out['stopped_by'])}; the records fetched are merged: run the "
+              f"command again with the {len(out['not_fetched'])} identifier(s) NOT FETCHED")
+        return stop.exit_code(out["stopped_by"])
     return 1 if out["not_found"] else 0
 

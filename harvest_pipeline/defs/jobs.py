@@ -10,6 +10,7 @@ from pydantic import Field
 from harvest_pipeline.defs.report import progress_logger, report_metadata
 from harvest_pipeline.defs.resources import catalogue_connector, catalogue_path
 from harvest_pipeline.defs.sensors import SOURCE_TAG
+from harvest_pipeline.harvest import stop
 from harvest_pipeline.sources import SourceConfig
 
 RECORDS_JOB = "harvest_records"
@@ -62,10 +63,15 @@ def build_records_job(sources: list[SourceConfig]) -> dg.JobDefinition:
         from harvest_pipeline.harvest.selected import harvest_selected
 
         source = _source(by_id, config.source)
-        report = harvest_selected(
-            source, config.identifiers, db_path=catalogue_path(duckdb), run_id=context.run.run_id,
-            connect=catalogue_connector(duckdb),
-        )
+        # Under `harvest-pipeline harvest`, SIGTERM/SIGINT end the fetching after the current record.
+        with stop.handling_signals():
+            report = harvest_selected(
+                source, config.identifiers, db_path=catalogue_path(duckdb), run_id=context.run.run_id,
+                connect=catalogue_connector(duckdb),
+            )
+        if report.not_fetched:
+            context.log.warning(f"{source.id}: stopped by {stop.signal_name(report.stopped_by)}: "
+                                f"{len(report.not_fetched)} identifier(s) not fetched")
         for identifier in report.not_found:
             context.log.warning(f"{source.id}: {identifier}: idDoesNotExist upstream; the local record is left untouched")
         counts = report.counts
@@ -75,6 +81,8 @@ def build_records_job(sources: list[SourceConfig]) -> dg.JobDefinition:
             "requested": len(report.requested),
             "fetched": report.fetched,
             "not_found": report.not_found,
+            "not_fetched": report.not_fetched,
+            "stopped_by": report.stopped_by,
             "actions": report.actions,
         }
         context.add_output_metadata({
@@ -82,6 +90,7 @@ def build_records_job(sources: list[SourceConfig]) -> dg.JobDefinition:
             "requested": len(report.requested),
             "fetched": report.fetched,
             "not_found": len(report.not_found),
+            **({"not_fetched": len(report.not_fetched)} if report.not_fetched else {}),
             "created": counts.created,
             "updated": counts.updated,
             "unchanged": counts.unchanged,
@@ -117,10 +126,19 @@ def build_full_job(sources: list[SourceConfig]) -> dg.JobDefinition:
         from harvest_pipeline.harvest.full import harvest_full
 
         source = _source(by_id, config.source)
-        report = harvest_full(
-            source, db_path=catalogue_path(duckdb), run_id=context.run.run_id,
-            connect=catalogue_connector(duckdb), progress=progress_logger(context, source.id),
-        )
+        # Under `harvest-pipeline harvest`, SIGTERM/SIGINT stop at the next page boundary.
+        try:
+            with stop.handling_signals():
+                report = harvest_full(
+                    source, db_path=catalogue_path(duckdb), run_id=context.run.run_id,
+                    connect=catalogue_connector(duckdb), progress=progress_logger(context, source.id),
+                )
+        except stop.HarvestStopped as exc:
+            raise dg.Failure(
+                description=f"stopped by {stop.signal_name(exc.signum)}; the pages received are committed and the "
+                "full harvest resumes from its last committed page when it runs again",
+                allow_retries=False,
+            ) from None
         metadata = {"source": source.id, "window": report.window.key, **report_metadata(context, report)}
         failed = {n: c.description for n, c in report.checks.items() if not c.passed and c.severity == "error"}
         if failed:

@@ -7,6 +7,10 @@ pseudo-window [now, now): history rows carry the run id and attempt_id 'selected
 An identifier the server answers with idDoesNotExist is reported and its local record is left
 untouched: absence is the reconciliation's business, with its mass-deletion guard, not a
 one-off fetch's.
+
+A stop request (SIGTERM/SIGINT under the CLI, harvest/stop.py) ends the fetching after the current
+record: the records fetched are merged (each GetRecord answer is a whole version) and the others
+are reported as not fetched, for the operator to run again.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Callable
 import duckdb
 
 from harvest_pipeline.errors import ConfigError, HarvestError, IdDoesNotExist
+from harvest_pipeline.harvest import stop
 from harvest_pipeline.harvest.listers import Lister, lister_for
 from harvest_pipeline.harvest.plausibility import cap_future_datestamps
 from harvest_pipeline.harvest.rows import page_rows
@@ -52,10 +57,12 @@ class SelectedReport:
     counts: MergeCounts
     seconds: float
     warnings: list[str] = field(default_factory=list)
+    not_fetched: list[str] = field(default_factory=list)  # left when a stop was requested
+    stopped_by: int | None = None  # the signal that stopped the fetching
 
     @property
     def fetched(self) -> int:
-        return len(self.requested) - len(self.not_found)
+        return len(self.requested) - len(self.not_found) - len(self.not_fetched)
 
 
 def selected_window(now: datetime | None = None) -> Window:
@@ -98,17 +105,23 @@ def harvest_selected(
             not_found: list[str] = []
             batch: list[HarvestedRecord] = []
             page_number = 0
+            not_fetched: list[str] = []
             for n, identifier in enumerate(requested, 1):
+                if stop.requested() is not None:
+                    not_fetched = requested[n - 1:]
+                    break
                 try:
                     batch.append(lister.get_record(identifier))
                 except IdDoesNotExist:
                     not_found.append(identifier)
-                if len(batch) >= PAGE_SIZE or (n == len(requested) and batch):
+                if len(batch) >= PAGE_SIZE:
                     page_number += 1
                     _stage(staging, source, window, batch, page_number)
                     batch = []
                 if progress is not None:
                     progress({"source_id": source.id, "window": window.key, "fetched": n, "requested": len(requested)})
+            if batch:
+                _stage(staging, source, window, batch, page_number + 1)
         except HarvestError as exc:
             raise exc.with_context(**ctx, hint="nothing was merged; run the re-harvest again") from None
         warnings = list(staging.cursor().warnings)
@@ -125,6 +138,7 @@ def harvest_selected(
     return SelectedReport(
         source_id=source.id, run_id=run_id, window=window, requested=requested, not_found=not_found,
         actions=actions, counts=counts, seconds=time.monotonic() - started, warnings=warnings,
+        not_fetched=not_fetched, stopped_by=stop.requested() if not_fetched else None,
     )
 
 
