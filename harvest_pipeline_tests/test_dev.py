@@ -77,9 +77,10 @@ def test_dev_stops_its_whole_process_tree(tmp_path, how):
     ignore_sigint = how.startswith("SIGINT")
     # A job started with `&` by a non-interactive shell begins with SIGINT ignored.
     preexec = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignore_sigint else None
+    demo_port = _free_port()
     dev = subprocess.Popen(
-        [sys.executable, "-m", "harvest_pipeline.cli", "dev", "--demo-port", str(_free_port()), "--ui-port", str(_free_port())],
-        cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        [sys.executable, "-m", "harvest_pipeline.cli", "dev", "--demo-port", str(demo_port), "--ui-port", str(_free_port())],
+        cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=open(tmp_path / "dev.out", "wb"),
         stderr=open(tmp_path / "dev.log", "wb"), preexec_fn=preexec,
     )
     tree: dict[int, str] = {}
@@ -109,6 +110,8 @@ def test_dev_stops_its_whole_process_tree(tmp_path, how):
             survivors = {pid: cmd for pid, cmd in tree.items() if _alive(pid, cmd)}
             time.sleep(0.2)
         assert survivors == {}, survivors
+        # Another port than the sources file's default: `dev` says how the CLI elsewhere reaches it.
+        assert f"export HARVEST_DEMO_URL=http://127.0.0.1:{demo_port}/oai" in (tmp_path / "dev.out").read_text()
     finally:
         if dev.poll() is None:
             dev.kill()

@@ -21,11 +21,12 @@ from harvest_pipeline.store.connection import default_db_path
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 GRACE_SECONDS = 20.0  # Dagster's own shutdown (webserver, daemon, code server) before SIGTERM
 TERM_SECONDS = 5.0  # after SIGTERM, before SIGKILL
+DEFAULT_DEMO_PORT = 8765  # the port data/sources.yaml falls back to
 
 
 def register(sub) -> None:
     d = sub.add_parser("dev", help="start the demo provider and the Dagster UI")
-    d.add_argument("--demo-port", type=int, default=8765)
+    d.add_argument("--demo-port", type=int, default=DEFAULT_DEMO_PORT)
     d.add_argument("--ui-host", default="127.0.0.1")
     d.add_argument("--ui-port", type=int, default=3000)
     d.set_defaults(func=cmd_dev)
@@ -87,6 +88,12 @@ def cmd_dev(args: argparse.Namespace) -> int:
         }
         refresh_for_dev(env, args.ui_host, args.ui_port)  # before Dagster loads: partitions from the start
         print(f"Dagster UI on http://127.0.0.1:{args.ui_port}  (DAGSTER_HOME={home})", flush=True)
+        if args.demo_port != DEFAULT_DEMO_PORT:
+            # The sources file's default is the default port: the CLI in another shell (`status`,
+            # `harvest demo`) needs the URLs this process gives its children.
+            print("the CLI in another shell reaches this demo provider after: export "
+                  f"HARVEST_DEMO_URL={env['HARVEST_DEMO_URL']} HARVEST_DEMO_CSW_URL={env['HARVEST_DEMO_CSW_URL']}",
+                  flush=True)
         # `dg dev` with the workspace file that pins the code location's name, started in
         # DAGSTER_HOME: Dagster then reads the instance config there and does not warn that the
         # project's dagster.yaml (the copy's source) is not DAGSTER_HOME's.
