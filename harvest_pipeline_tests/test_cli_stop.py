@@ -22,57 +22,6 @@ def _cli(*args) -> list[str]:
     return [sys.executable, "-m", "harvest_pipeline.cli", *args]
 
 
-@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_a_signal_stops_at_the_next_page_and_a_rerun_resumes(tmp_path, sources_file, signum, code):
-    # 6 windows of 60 records, 3 pages each, every answer 0.3 s late: a harvest of ~6 s.
-    with start_demo_provider(**demo_options(days=8, records_per_day=60, page_size=25, slow_ms=300)) as demo:
-        sources_file(demo=demo)
-        env = {
-            **os.environ,
-            "HARVEST_SOURCES_FILE": str(tmp_path / "sources.yaml"),
-            "HARVEST_DUCKDB_PATH": str(tmp_path / "data" / "harvest.duckdb"),
-            "DAGSTER_HOME": str(tmp_path / "dagster_home"),
-        }
-        first, last = day_window(7), day_window(2)
-        args = _cli("harvest", "demo", "--from", first.key, "--until", last.key)
-        proc = subprocess.Popen(args, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        try:
-            # Wait for the first window's pages: Identify and the first ListRecords come first.
-            deadline = time.monotonic() + 120
-            while demo.faults()["requests"] < 3:
-                assert proc.poll() is None, proc.communicate()[0]
-                assert time.monotonic() < deadline, "the harvest never reached the provider"
-                time.sleep(0.05)
-            at_signal = demo.faults()["requests"]
-            proc.send_signal(signum)
-            out, _ = proc.communicate(timeout=15)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
-        after = demo.faults()["requests"] - at_signal
-        assert proc.returncode == code, out
-        assert after <= 2, f"{after} requests after the signal\n{out}"
-        assert "stopped by SIG" in out and "run the same command again" in out, out
-        assert "Error occurred while executing op" not in out and "Traceback" not in out, out
-
-        # The stopped window is not `failed`: a rerun takes it over from its cursor.
-        status = subprocess.run(_cli("status"), env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
-        assert status.returncode == 0, status.stderr
-        assert "failed" not in status.stdout, status.stdout
-
-        demo.set_options(slow_ms=0)
-        again = subprocess.run(args, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
-        assert again.returncode == 0, again.stdout + again.stderr
-        assert again.stdout.count(": verified") >= 1 and "FAILED" not in again.stdout, again.stdout
-        with connect(tmp_path / "data" / "harvest.duckdb") as con:
-            stored = con.execute(
-                "SELECT count(*), count(DISTINCT identifier) FROM records WHERE source_id = 'demo'"
-            ).fetchone()
-        expected = demo.stats(from_=first.start, until=last.end - timedelta(seconds=1))["total"]
-        assert stored == (expected, expected)
-
-
 def _signal_after(proc, demo, requests: int, signum) -> tuple[str, int]:
     """Send `signum` once the provider served `requests` requests; (output, requests after it)."""
     try:
@@ -98,6 +47,39 @@ def _env(tmp_path) -> dict:
         "HARVEST_DUCKDB_PATH": str(tmp_path / "data" / "harvest.duckdb"),
         "DAGSTER_HOME": str(tmp_path / "dagster_home"),
     }
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_stops_at_the_next_page_and_a_rerun_resumes(tmp_path, sources_file, signum, code):
+    # 6 windows of 60 records, 3 pages each, every answer 0.3 s late: a harvest of ~6 s.
+    with start_demo_provider(**demo_options(days=8, records_per_day=60, page_size=25, slow_ms=300)) as demo:
+        sources_file(demo=demo)
+        env = _env(tmp_path)
+        first, last = day_window(7), day_window(2)
+        args = _cli("harvest", "demo", "--from", first.key, "--until", last.key)
+        proc = subprocess.Popen(args, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # After the first window's pages began: Identify and the first ListRecords come first.
+        out, after = _signal_after(proc, demo, 3, signum)
+        assert proc.returncode == code, out
+        assert after <= 2, f"{after} requests after the signal\n{out}"
+        assert "stopped by SIG" in out and "run the same command again" in out, out
+        assert "Error occurred while executing op" not in out and "Traceback" not in out, out
+
+        # The stopped window is not `failed`: a rerun takes it over from its cursor.
+        status = subprocess.run(_cli("status"), env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert status.returncode == 0, status.stderr
+        assert "failed" not in status.stdout, status.stdout
+
+        demo.set_options(slow_ms=0)
+        again = subprocess.run(args, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert again.stdout.count(": verified") >= 1 and "FAILED" not in again.stdout, again.stdout
+        with connect(tmp_path / "data" / "harvest.duckdb") as con:
+            stored = con.execute(
+                "SELECT count(*), count(DISTINCT identifier) FROM records WHERE source_id = 'demo'"
+            ).fetchone()
+        expected = demo.stats(from_=first.start, until=last.end - timedelta(seconds=1))["total"]
+        assert stored == (expected, expected)
 
 
 def test_a_signal_stops_a_full_harvest_at_the_next_page_and_a_rerun_resumes(tmp_path, sources_file):
