@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -22,8 +24,9 @@ def _cli(*args) -> list[str]:
     return [sys.executable, "-m", "harvest_pipeline.cli", *args]
 
 
-def _signal_after(proc, demo, requests: int, signum) -> tuple[str, int]:
-    """Send `signum` once the provider served `requests` requests; (output, requests after it)."""
+def _signal_after(proc, demo, requests: int, signum, *, group: bool = False) -> tuple[str, int]:
+    """Send `signum` once the provider served `requests` requests (to the process's whole group
+    with `group`, as Ctrl-C in a terminal does); (output, requests after it)."""
     try:
         deadline = time.monotonic() + 120
         while demo.faults()["requests"] < requests:
@@ -31,7 +34,10 @@ def _signal_after(proc, demo, requests: int, signum) -> tuple[str, int]:
             assert time.monotonic() < deadline, "the harvest never reached the provider"
             time.sleep(0.05)
         at_signal = demo.faults()["requests"]
-        proc.send_signal(signum)
+        if group:
+            os.killpg(proc.pid, signum)
+        else:
+            proc.send_signal(signum)
         out, _ = proc.communicate(timeout=15)
     finally:
         if proc.poll() is None:
@@ -133,3 +139,26 @@ def test_a_signal_stops_a_selected_reharvest_after_the_current_record_and_merges
             merged = {r[0] for r in con.execute(
                 "SELECT identifier FROM record_history WHERE attempt_id LIKE 'selected:%'").fetchall()}
         assert merged == set(fetched)
+
+
+def test_ctrl_c_in_a_terminal_stops_without_a_traceback(tmp_path, sources_file):
+    # A terminal sends SIGINT to its whole foreground process group, so Dagster's helpers (the
+    # compute logs' `tail` and its Python watcher) got it too and printed KeyboardInterrupt
+    # tracebacks, and Dagster's console logger printed the stopped run's failure with a stack.
+    # The project's instance config, as in a user's clone (the CLI copies it into DAGSTER_HOME).
+    shutil.copy(Path(__file__).resolve().parents[1] / "dagster.yaml", tmp_path / "dagster.yaml")
+    with start_demo_provider(**demo_options(days=8, records_per_day=60, page_size=25, slow_ms=300)) as demo:
+        sources_file(demo=demo)
+        first, last = day_window(7), day_window(2)
+        log = tmp_path / "harvest.log"
+        with open(log, "w") as terminal:
+            proc = subprocess.Popen(_cli("harvest", "demo", "--from", first.key, "--until", last.key),
+                                    env=_env(tmp_path), cwd=tmp_path, stdout=terminal, stderr=subprocess.STDOUT,
+                                    text=True, start_new_session=True)
+            # Well into the run's step: the server facts' requests come before the run starts.
+            _signal_after(proc, demo, 7, signal.SIGINT, group=True)
+        out = log.read_text()
+        assert proc.returncode == 130, out
+        assert "stopped by SIGINT" in out, out
+        for noise in ("Traceback", "KeyboardInterrupt", "dagster - ERROR", "Stack Trace"):
+            assert noise not in out, out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from datetime import date, datetime, timezone
 
 
@@ -44,3 +45,16 @@ def failure_cause(result) -> str:
     if qualified.startswith("harvest_pipeline.") or error.cls_name == "Failure":
         return rest
     return f"{error.cls_name}: {rest}"
+
+
+def cli_instance():
+    """DAGSTER_HOME's instance, for the runs the CLI executes in its own process, without Dagster's
+    capture of their stdout and stderr: that capture starts a `tail` and a Python watcher per run,
+    in the terminal's process group, so Ctrl-C printed the watcher's KeyboardInterrupt traceback.
+    The harvest logs through Dagster's event log, which the UI shows whole."""
+    import dagster as dg
+    from dagster._core.instance.ref import InstanceRef
+
+    no_capture = {"compute_logs": {"module": "dagster._core.storage.noop_compute_log_manager",
+                                   "class": "NoOpComputeLogManager"}}
+    return dg.DagsterInstance.from_ref(InstanceRef.from_dir(os.environ["DAGSTER_HOME"], overrides=no_capture))

@@ -7,7 +7,7 @@ import os
 import sys
 from datetime import datetime, timezone
 
-from harvest_pipeline.cli.common import failure_cause, parse_day
+from harvest_pipeline.cli.common import cli_instance, failure_cause, parse_day
 from harvest_pipeline.home import ensure_dagster_home
 
 
@@ -92,7 +92,7 @@ def cmd_harvest(args: argparse.Namespace) -> int:
 
     ranges = launch_ranges(windows, selected, source.windows_per_run)
     unsubscribe = subscribe(show)
-    instance = dg.DagsterInstance.get()
+    instance = cli_instance()
     failures = 0
     done = 0
     totals = {"records": 0, "upserts": 0, "deletions": 0}
@@ -117,7 +117,7 @@ def cmd_harvest(args: argparse.Namespace) -> int:
             if interactive:
                 print("\r" + " " * 78 + "\r", end="")
             if _interrupted_by_dagster(result):
-                stop.request()  # the signal came while Dagster, not the harvest, held the handlers
+                stop.request(stop.UNKNOWN_SIGNAL)  # it came while Dagster, not the harvest, held the handlers
             outcomes = window_outcomes(result, keys)
             for key, outcome in outcomes.items():
                 done += 1
@@ -248,8 +248,9 @@ def _advance_watermark(source_id: str, partitions_def):
         return advance_stored(con, source_id, closed_windows(partitions_def, datetime.now(timezone.utc)))
 
 
-# Our own lines replace Dagster's per-event console log; the events still go to the instance.
-QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+# Our own lines replace Dagster's console log, failures included (each prints its cause and the
+# run to open in the UI, where Dagster keeps the whole event log and stack traces).
+QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 
 
 def _run_full(defs, source_id: str) -> int:
@@ -273,7 +274,7 @@ def _run_full(defs, source_id: str) -> int:
     print(f"{source_id}: full harvest, one listing without from/until (run recorded in {os.environ['DAGSTER_HOME']})")
     try:
         result = defs.resolve_job_def(FULL_JOB).execute_in_process(
-            instance=dg.DagsterInstance.get(), raise_on_error=False, tags={SOURCE_TAG: source_id},
+            instance=cli_instance(), raise_on_error=False, tags={SOURCE_TAG: source_id},
             run_config={**full_run_config(source_id), **QUIET},
         )
     finally:
@@ -281,7 +282,7 @@ def _run_full(defs, source_id: str) -> int:
     if interactive:
         print("\r" + " " * 78 + "\r", end="")
     if _interrupted_by_dagster(result):
-        stop.request()  # the signal came while Dagster, not the harvest, held the handlers
+        stop.request(stop.UNKNOWN_SIGNAL)  # it came while Dagster, not the harvest, held the handlers
     signum = stop.requested()
     if signum is not None and not result.success:
         print(f"{source_id}: full harvest stopped by {stop.signal_name(signum)}; the pages received are committed: "
@@ -310,7 +311,7 @@ def _run_selected(defs, source_id: str, identifiers: list[str]) -> int:
     from harvest_pipeline.harvest import stop
 
     result = defs.resolve_job_def(RECORDS_JOB).execute_in_process(
-        instance=dg.DagsterInstance.get(), raise_on_error=False, tags={SOURCE_TAG: source_id},
+        instance=cli_instance(), raise_on_error=False, tags={SOURCE_TAG: source_id},
         run_config={**records_run_config(source_id, identifiers), **QUIET},
     )
     if not result.success:

@@ -39,17 +39,26 @@ def requested() -> int | None:
     return _state["signal"]
 
 
+# A signal that reached Dagster's handler instead of ours (between a run's steps): Dagster maps
+# SIGTERM and SIGINT to one handler that does not keep which one it was.
+UNKNOWN_SIGNAL = 0
+
+
 def signal_name(signum: int | None) -> str:
+    if signum == UNKNOWN_SIGNAL:
+        return "a signal (SIGINT or SIGTERM)"
     return signal.Signals(signum).name if signum else "a stop request"
 
 
 def exit_code(signum: int) -> int:
-    """The shell's convention for a process ended by a signal: 128 + its number (143, 130)."""
-    return 128 + signum
+    """The shell's convention for a process ended by a signal: 128 + its number (143, 130); 130
+    for a signal of unknown kind (an interrupt)."""
+    return 128 + (signum or signal.SIGINT)
 
 
 def request(signum: int = signal.SIGTERM) -> None:
-    _state["signal"] = _state["signal"] or signum
+    if _state["signal"] is None:
+        _state["signal"] = signum
 
 
 def clear() -> None:
