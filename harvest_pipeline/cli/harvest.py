@@ -116,8 +116,7 @@ def cmd_harvest(args: argparse.Namespace) -> int:
             )
             if interactive:
                 print("\r" + " " * 78 + "\r", end="")
-            if _interrupted_by_dagster(result):
-                stop.request(stop.UNKNOWN_SIGNAL)  # it came while Dagster, not the harvest, held the handlers
+            _note_dagster_interrupt(result)
             outcomes = window_outcomes(result, keys)
             for key, outcome in outcomes.items():
                 done += 1
@@ -141,21 +140,27 @@ def cmd_harvest(args: argparse.Namespace) -> int:
     )
     signum = stop.requested()
     if signum is not None:
-        print(
-            f"{args.source}: stopped by {stop.signal_name(signum)} after {ok} of {len(selected)} window(s); the pages "
-            "received are committed: run the same command again, it resumes from the last committed page"
-        )
+        print(f"{args.source}: stopped by {stop.signal_name(signum)} after {ok} of {len(selected)} window(s); {RESUMES}")
         return stop.exit_code(signum)
     return 1 if failures else 0
 
 
-def _interrupted_by_dagster(result) -> bool:
-    """A signal that reached Dagster's own handler (between steps) fails the run with this error."""
-    return any(
+def _note_dagster_interrupt(result) -> None:
+    """A signal that reached Dagster's own handler (between steps) fails the run with
+    DagsterExecutionInterruptedError: count it as the stop request it was (which one, Dagster does
+    not keep)."""
+    from harvest_pipeline.harvest import stop
+
+    if any(
         e.is_step_failure and e.step_failure_data.error is not None
         and e.step_failure_data.error.cls_name == "DagsterExecutionInterruptedError"
         for e in result.all_events
-    )
+    ):
+        stop.request(stop.UNKNOWN_SIGNAL)
+
+
+# What a stopped harvest leaves: said by every way the CLI harvests pages.
+RESUMES = "the pages received are committed: run the same command again, it resumes from the last committed page"
 
 
 def _facts_ready(source) -> bool:
@@ -281,12 +286,10 @@ def _run_full(defs, source_id: str) -> int:
         unsubscribe()
     if interactive:
         print("\r" + " " * 78 + "\r", end="")
-    if _interrupted_by_dagster(result):
-        stop.request(stop.UNKNOWN_SIGNAL)  # it came while Dagster, not the harvest, held the handlers
+    _note_dagster_interrupt(result)
     signum = stop.requested()
     if signum is not None and not result.success:
-        print(f"{source_id}: full harvest stopped by {stop.signal_name(signum)}; the pages received are committed: "
-              f"run the same command again, it resumes from the last committed page  (run {result.run_id})")
+        print(f"{source_id}: full harvest stopped by {stop.signal_name(signum)}; {RESUMES}  (run {result.run_id})")
         return stop.exit_code(signum)
     if not result.success:
         print(f"{source_id}: full harvest FAILED: {failure_cause(result)}  (run {result.run_id})")
@@ -314,6 +317,12 @@ def _run_selected(defs, source_id: str, identifiers: list[str]) -> int:
         instance=cli_instance(), raise_on_error=False, tags={SOURCE_TAG: source_id},
         run_config={**records_run_config(source_id, identifiers), **QUIET},
     )
+    _note_dagster_interrupt(result)
+    signum = stop.requested()
+    if signum is not None and not result.success:
+        print(f"{source_id}: re-harvest stopped by {stop.signal_name(signum)}; run the same command again (merging a "
+              f"record's same version again changes nothing)  (run {result.run_id})")
+        return stop.exit_code(signum)
     if not result.success:
         print(f"{source_id}: re-harvest FAILED: {failure_cause(result)}  (run {result.run_id})")
         return 1

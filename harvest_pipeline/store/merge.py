@@ -30,7 +30,7 @@ WRITING_ACTIONS = ("created", "updated", "deleted", "revived", "restored")
 _WRITES = "c.action IN (" + ", ".join(f"'{a}'" for a in WRITING_ACTIONS) + ")"  # of a `classified c` row
 
 # History actions after which `records` held the received version.
-_STORING_ACTIONS = ("created", "updated", "unchanged", "deleted", "revived", "restored")
+_STORING_ACTIONS = WRITING_ACTIONS + ("unchanged",)
 
 
 
@@ -247,12 +247,12 @@ def merge_staging(
             run_id=run_id, attempt_id=attempt_id, now=now, has_quarantine=has_quarantine,
         )
     finally:
-        merge_memory.done(con)  # a large window's memory limit, whole again
+        merge_memory.done(con)  # a large window's settings (threads, memory limit) given back
     _hide_staging(con)
     return counts
 
 
-def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt_id, now, has_quarantine=True) -> MergeCounts:
+def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt_id, now, has_quarantine) -> MergeCounts:
     # Rows per page: the window's size now, its slices later (one read of the staged files).
     page_rows = _page_rows(con)
     received = sum(n for _, n in page_rows)
