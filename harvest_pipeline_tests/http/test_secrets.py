@@ -27,7 +27,7 @@ from harvest_pipeline.harvest import harvest_window
 from harvest_pipeline.http.redaction import redact_text
 from harvest_pipeline.sources import load_sources
 from harvest_pipeline.store import connect
-from harvest_pipeline_tests.conftest import today, day_window
+from harvest_pipeline_tests.conftest import day_window
 from harvest_pipeline_tests.http.hostile import RawServer, response_head
 from harvest_pipeline_tests.oai.canned import error
 from harvest_pipeline_tests.oai.test_parse import identify_xml
@@ -64,7 +64,9 @@ def echo_source(tmp_path, monkeypatch, db_path):
             "sources:\n"
             "  - id: echo\n"
             f"    url: {srv.url('/oai')}?token={TOKEN}&wsk=${{ECHO_WSK}}\n"
-            f"    start: {(today().replace(day=1)).date()}\n"
+            # The month of the window the tests harvest (two days ago: on the 1st or 2nd of a
+            # month, the first of this month would leave it outside the partitions).
+            f"    start: {day_window(2).start.replace(day=1).date()}\n"
             "    headers_from_env: {X-Api-Key: ECHO_KEY}\n"
             "    auth: {username_env: ECHO_USER, password_env: ECHO_PASSWORD}\n"
             "    http: {max_retries: 0}\n"
