@@ -95,10 +95,12 @@ def test_two_workers_harvest_ten_sources_into_one_catalogue(demo, pg_server, sha
     assert len(starts) >= 10 * len(DAYS)
     # Stamped when the gate lets a request go; it reaches the proxy later, unevenly on a busy machine
     # (right after the full suite in CI one gap of 0.037 s was seen, between two requests the gate
-    # released 0.15 s apart). Without the gate nearly every gap would be short: allow one.
+    # released 0.15 s apart; with a benchmark running beside the suite, two of 69). A request held up
+    # after its release shortens only the gap after it, and without the gate nearly every gap would
+    # be short: allow one in twenty.
     gaps = [b - a for a, b in itertools.pairwise(starts)]
     short = [round(g, 3) for g in gaps if g < INTERVAL - 0.1]
-    assert len(short) <= 1 and sum(gaps) / len(gaps) >= INTERVAL, (short, len(gaps))
+    assert len(short) <= max(1, len(gaps) // 20) and sum(gaps) / len(gaps) >= INTERVAL, (short, len(gaps))
 
     # Both workers' runs are in the one instance storage.
     import psycopg
