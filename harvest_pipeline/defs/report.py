@@ -15,7 +15,8 @@ if TYPE_CHECKING:  # the harvest core is imported when a run needs it, not when 
 
 LOG_EVERY_SECONDS = 5.0
 PREVIEW_ROWS = 20
-_SOURCES_WITH_DELETIONS: set[str] = set()
+# (catalogue, source) pairs known to hold a tombstone: a process may harvest into more than one file.
+_SOURCES_WITH_DELETIONS: set[tuple[str, str]] = set()
 CHANGES_SCHEMA = dg.TableSchema(
     columns=[
         dg.TableColumn("identifier", "string"),
@@ -105,8 +106,9 @@ def _catalogue_facts(context, report: WindowReport) -> tuple[dict, dict]:
 
     split = report.attempt_id.startswith(SPLIT_ATTEMPT_PREFIX)
     try:
-        from harvest_pipeline.defs.resources import catalogue_connector
+        from harvest_pipeline.defs.resources import catalogue_connector, catalogue_path
 
+        seen = (str(catalogue_path(resource)), report.source_id)
         with catalogue_connector(resource)() as con:
             from harvest_pipeline.store.preview import changed_records, source_has_deletions, window_record_counts
 
@@ -116,10 +118,10 @@ def _catalogue_facts(context, report: WindowReport) -> tuple[dict, dict]:
                 **({"run_id": report.run_id} if split else {"attempt_id": report.attempt_id}),
             ) if changed else []
             # Whether to plot deletions: asked until the source shows a tombstone, then not again.
-            has_deletions = (report.source_id in _SOURCES_WITH_DELETIONS or counts.deleted > 0
+            has_deletions = (seen in _SOURCES_WITH_DELETIONS or counts.deleted > 0
                              or source_has_deletions(con, report.source_id))
             if has_deletions:
-                _SOURCES_WITH_DELETIONS.add(report.source_id)
+                _SOURCES_WITH_DELETIONS.add(seen)
     except Exception as exc:  # noqa: BLE001 - the window is merged and verified already: never fail it here
         # A busy catalogue (another process's merge) must not cost the window its materialization:
         # the ledger says verified, so nothing would ever harvest it again.
