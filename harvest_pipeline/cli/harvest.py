@@ -29,8 +29,6 @@ def register(sub) -> None:
 
 def cmd_harvest(args: argparse.Namespace) -> int:
     ensure_dagster_home()
-    import dagster as dg
-
     from harvest_pipeline.defs.assets import asset_key_for
     from harvest_pipeline.defs.factory import build_definitions, window_job
     from harvest_pipeline.defs.partitions import closed_windows
@@ -159,6 +157,19 @@ def _note_dagster_interrupt(result) -> None:
         stop.request(stop.UNKNOWN_SIGNAL)
 
 
+def _stopped_run(result, what: str, advice: str) -> int | None:
+    """A one-run command (`--full`, `--identifier`) whose run failed because a stop was requested:
+    say so and return its exit code; None for any other outcome."""
+    from harvest_pipeline.harvest import stop
+
+    _note_dagster_interrupt(result)
+    signum = stop.requested()
+    if signum is None or result.success:
+        return None
+    print(f"{what} stopped by {stop.signal_name(signum)}; {advice}  (run {result.run_id})")
+    return stop.exit_code(signum)
+
+
 # What a stopped harvest leaves: said by every way the CLI harvests pages.
 RESUMES = "the pages received are committed: run the same command again, it resumes from the last committed page"
 
@@ -260,11 +271,8 @@ QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 
 def _run_full(defs, source_id: str) -> int:
     """Run `harvest_full` for the source and print its verdict (exit 1 when it failed or a check failed)."""
-    import dagster as dg
-
     from harvest_pipeline.defs.jobs import FULL_JOB, FULL_OP, full_run_config
     from harvest_pipeline.defs.sensors import SOURCE_TAG
-    from harvest_pipeline.harvest import stop
     from harvest_pipeline.harvest.progress import subscribe
 
     interactive = sys.stdout.isatty()
@@ -286,11 +294,9 @@ def _run_full(defs, source_id: str) -> int:
         unsubscribe()
     if interactive:
         print("\r" + " " * 78 + "\r", end="")
-    _note_dagster_interrupt(result)
-    signum = stop.requested()
-    if signum is not None and not result.success:
-        print(f"{source_id}: full harvest stopped by {stop.signal_name(signum)}; {RESUMES}  (run {result.run_id})")
-        return stop.exit_code(signum)
+    stopped = _stopped_run(result, f"{source_id}: full harvest", RESUMES)
+    if stopped is not None:
+        return stopped
     if not result.success:
         print(f"{source_id}: full harvest FAILED: {failure_cause(result)}  (run {result.run_id})")
         return 1
@@ -307,8 +313,6 @@ def _run_full(defs, source_id: str) -> int:
 
 def _run_selected(defs, source_id: str, identifiers: list[str]) -> int:
     """Run `harvest_records` for the source; print each identifier's outcome (exit 1 if one is unknown upstream)."""
-    import dagster as dg
-
     from harvest_pipeline.defs.jobs import RECORDS_JOB, RECORDS_OP, records_run_config
     from harvest_pipeline.defs.sensors import SOURCE_TAG
     from harvest_pipeline.harvest import stop
@@ -317,12 +321,10 @@ def _run_selected(defs, source_id: str, identifiers: list[str]) -> int:
         instance=cli_instance(), raise_on_error=False, tags={SOURCE_TAG: source_id},
         run_config={**records_run_config(source_id, identifiers), **QUIET},
     )
-    _note_dagster_interrupt(result)
-    signum = stop.requested()
-    if signum is not None and not result.success:
-        print(f"{source_id}: re-harvest stopped by {stop.signal_name(signum)}; run the same command again (merging a "
-              f"record's same version again changes nothing)  (run {result.run_id})")
-        return stop.exit_code(signum)
+    stopped = _stopped_run(result, f"{source_id}: re-harvest",
+                           "run the same command again (merging a record's same version again changes nothing)")
+    if stopped is not None:
+        return stopped
     if not result.success:
         print(f"{source_id}: re-harvest FAILED: {failure_cause(result)}  (run {result.run_id})")
         return 1
