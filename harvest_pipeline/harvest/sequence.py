@@ -39,9 +39,11 @@ from typing import Callable, Iterable
 
 from harvest_pipeline.errors import HarvestError
 from harvest_pipeline.harvest import stop
+from harvest_pipeline.harvest.grouped_writes import grouped_writer
 from harvest_pipeline.harvest.listers import Lister, lister_for
 from harvest_pipeline.harvest.split import harvest_partition, split_failed_window, split_reason
-from harvest_pipeline.harvest.window import Connect, Progress, Window, WindowHarvest, WindowReport
+from harvest_pipeline.harvest.window import _MERGES_IN_THIS_PROCESS, Connect, Progress, Window, WindowHarvest, WindowReport
+from harvest_pipeline.store.backend import catalogue_settings
 from harvest_pipeline.sources import SourceConfig
 from harvest_pipeline.store.ledger import get_quirks
 from harvest_pipeline.store.session import catalogue_connect, process_session
@@ -91,6 +93,10 @@ def harvest_windows(
     # Without a connect() of the caller's, the process's catalogue session (store/session.py):
     # the writes that come together (merge(N), N+1's ledger row) share one open of the file.
     catalogue = connect or catalogue_connect(db_path)
+    # The embedded file's writes of all the process's harvests that wait together go in one
+    # transaction (ledger rows, small windows' merges: harvest/grouped_writes.py). A shared
+    # catalogue takes many writers: each window writes on its own, as before.
+    writer = None if catalogue_settings().shared else grouped_writer(catalogue, hold=lambda: _MERGES_IN_THIS_PROCESS)
     merger = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"merge-{source.id}")
     pending: list[Future] = []
     callback_errors: list[BaseException] = []
@@ -146,7 +152,7 @@ def harvest_windows(
                 continue
             # Window N+1's ledger row is written in the merge thread, after window N's merge.
             harvest = WindowHarvest(source, window, record_identify=not identify_recorded, quirks_known=quirks_known,
-                                    submit_begin=merger.submit, **harvest_kw)
+                                    submit_begin=merger.submit, writer=writer, **harvest_kw)
             try:
                 harvest.traverse()
             except HarvestError as exc:

@@ -21,6 +21,7 @@ from harvest_pipeline.errors import (
 )
 from harvest_pipeline.crashpoints import crashpoint
 from harvest_pipeline.harvest.budget import TraversalBudget, bind_time_budget
+from harvest_pipeline.harvest.grouped_writes import GroupedWriter
 from harvest_pipeline.harvest import stop
 from harvest_pipeline.harvest.listers import Lister, lister_for
 from harvest_pipeline.harvest.plausibility import cap_future_datestamps
@@ -31,7 +32,8 @@ from harvest_pipeline.sources.registry import TraversalLimits
 from harvest_pipeline.store import connect as store_connect
 from harvest_pipeline.store import ledger
 from harvest_pipeline.store.backend import run_write
-from harvest_pipeline.store.merge import MergeCounts, merge_staging
+from harvest_pipeline.store.merge import LARGE_WINDOW_ROWS, MergeCounts
+from harvest_pipeline.store.merge_group import StagedWindow
 from harvest_pipeline.store.staging import STAGING_COMMIT_SECONDS, StagingWindow, staging_commit_rows, staging_path
 from harvest_pipeline.store.window_parts import PartLedger, part_staging_path
 
@@ -220,13 +222,16 @@ class WindowHarvest:
     `quirks_known` (the stored quirks, as the window before read them, plus what it learned) and
     `submit_begin` (runs a function in the caller's catalogue-writer thread, returns its Future):
     the window's ledger row is written there while its first page is fetched; `traverse()` waits
-    for it before it returns or records a failure.
+    for it before it returns or records a failure. `writer` (harvest/grouped_writes.py): the
+    process's catalogue writer, which then writes that row, and the merge of a small window,
+    together with the other windows' writes that wait at the same time.
     """
 
     def __init__(self, source: SourceConfig, window: Window, *, run_id: str | None = None, db_path: str | Path,
                  connect: Connect | None = None, lister: Lister | None = None, progress: Progress | None = None,
                  full: bool = False, part: PartLedger | None = None, record_identify: bool = True,
-                 quirks_known: set[str] | None = None, submit_begin: Callable[[Callable], Future] | None = None):
+                 quirks_known: set[str] | None = None, submit_begin: Callable[[Callable], Future] | None = None,
+                 writer: GroupedWriter | None = None):
         self.source, self.window, self.db_path, self.full, self.part = source, window, db_path, full, part
         self.run_id = run_id or uuid.uuid4().hex
         self.connect = connect or (lambda: store_connect(db_path))
@@ -236,7 +241,7 @@ class WindowHarvest:
         self.started = time.monotonic()
         self.traversed = False
         self.begun = False  # its ledger row (and Identify, when asked) is written
-        self.quirks_known, self.submit_begin = quirks_known, submit_begin
+        self.quirks_known, self.submit_begin, self.writer = quirks_known, submit_begin, writer
         self._begin: Future | None = None
 
     def traverse(self) -> None:
@@ -269,11 +274,14 @@ class WindowHarvest:
                 return known_quirks
 
             # A shared catalogue may refuse a write another worker's wrote across: run it again.
-            write_begin = lambda: run_write(self.connect, begin, what=f"source {source.id}, window {window.key}: begin", log=log)  # noqa: E731
-            if self.quirks_known is not None and self.submit_begin is not None:
-                # The quirks came with the window before: the ledger row is written in the
-                # caller's writer thread while the first page is fetched (joined below).
-                self._begin = self.submit_begin(write_begin)
+            what = f"source {source.id}, window {window.key}: begin"
+            write_begin = lambda: run_write(self.connect, begin, what=what, log=log)  # noqa: E731
+            if self.quirks_known is not None and (self.writer is not None or self.submit_begin is not None):
+                # The quirks came with the window before: the ledger row is written by the
+                # process's catalogue writer (or the caller's writer thread) while the first page
+                # is fetched (joined below).
+                self._begin = (self.writer.write(begin, what=what) if self.writer is not None
+                               else self.submit_begin(write_begin))
                 known_quirks = set(self.quirks_known)
             else:
                 known_quirks = write_begin()
@@ -330,11 +338,13 @@ class WindowHarvest:
             staging.close()
             lister, quirks, known_quirks, full = self.lister, self.quirks, self.known_quirks, self.full
 
+            staged = StagedWindow(staging.path, source.id, window.start, window.end, run_id, cursor.attempt_id,
+                                  received=cursor.received + cursor.quarantined_unparsed)
+
             def merge(con):
-                counts = merge_staging(
-                    con, staging.path, source_id=source.id, window_start=window.start, window_end=window.end,
-                    run_id=run_id, attempt_id=cursor.attempt_id,
-                )
+                return finish(con, staged.merge_alone(con))
+
+            def finish(con, counts):
                 crashpoint("mid-merge")
                 warnings = list(cursor.warnings)
                 if outside and not full:
@@ -368,10 +378,13 @@ class WindowHarvest:
                 )
                 return counts, warnings, checks, status
 
-            with _MERGES_IN_THIS_PROCESS:
-                counts, warnings, checks, status = run_write(
-                    self.connect, merge, what=f"source {source.id}, window {window.key}: merge", log=log
-                )
+            what = f"source {source.id}, window {window.key}: merge"
+            if self.writer is not None and staged.received <= LARGE_WINDOW_ROWS:
+                # With the other sources' windows that end now, in one transaction (harvest/grouped_writes.py).
+                counts, warnings, checks, status = self.writer.merge(staged, finish, alone=merge, what=what).result()
+            else:
+                with _MERGES_IN_THIS_PROCESS:
+                    counts, warnings, checks, status = run_write(self.connect, merge, what=what, log=log)
             crashpoint("after-merge")
             staging.remove()
         except BaseException as exc:
@@ -398,7 +411,8 @@ class WindowHarvest:
         if self._begin is None:
             return
         begin, self._begin = self._begin, None
-        self.known_quirks = begin.result()
+        # What the window before learned may not be stored yet (its merge may come after this row).
+        self.known_quirks = begin.result() | set(self.quirks_known or ())
         self.begun = True
 
     def _fail(self, exc: BaseException):

@@ -30,7 +30,15 @@ WRITING_ACTIONS = ("created", "updated", "deleted", "revived", "restored")
 _WRITES = "c.action IN (" + ", ".join(f"'{a}'" for a in WRITING_ACTIONS) + ")"  # of a `classified c` row
 
 # History actions after which `records` held the received version.
-_STORING_ACTIONS = WRITING_ACTIONS + ("unchanged",)
+_STORING = ", ".join(f"'{a}'" for a in WRITING_ACTIONS + ("unchanged",))
+# Of a record's history rows `h` with _STORING actions: its last stored version and first sighting.
+_LAST_STORED_VERSION = """arg_max(h.datestamp, (h.datestamp, h.received_at)) AS datestamp,
+               arg_max(h.deleted, (h.datestamp, h.received_at)) AS deleted,
+               arg_max(h.content_hash, (h.datestamp, h.received_at)) AS content_hash,
+               min(h.received_at) AS first_seen_at"""
+# `records` columns an INSERT of the merge fills, in the order of `_inserted_values`.
+_INSERTED_COLUMNS = ", ".join(("source_id", "identifier", *VALUE_COLUMNS, "first_seen_at", "written_at",
+                               "written_by_run", "window_start", "window_end", "identifier_key"))
 
 
 
@@ -70,6 +78,19 @@ def _stored_value(column: str, alias: str) -> str:
     if column in DROPPED_BY_TOMBSTONE:
         return f"CASE WHEN {alias}deleted THEN NULL ELSE {alias}{column} END"
     return f"{alias}{column}"
+
+
+# The action for a received record (`i`) that has no row in `records`, from its last stored
+# version in the history (`h`, stored_before; NULL: never stored).
+_ACTION_WITHOUT_ROW = """CASE
+                    WHEN h.identifier IS NULL THEN CASE WHEN i.deleted THEN 'deleted' ELSE 'created' END
+                    -- deleted by hand:
+                    WHEN h.datestamp IS NOT DISTINCT FROM i.datestamp AND h.deleted = i.deleted
+                         AND h.content_hash IS NOT DISTINCT FROM i.content_hash THEN 'restored'
+                    WHEN i.deleted THEN 'deleted'
+                    WHEN h.deleted THEN 'revived'
+                    ELSE 'updated'
+                END"""
 
 
 def _fingerprint(values: dict[str, str]) -> str:
@@ -367,7 +388,6 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     # and its first sighting stays its first_seen_at. Only identifiers without a row are looked up;
     # a window whose records all have rows reads no history at all (a list of no identifiers still
     # scanned the source's history: 58 ms cold for a history of 2,000,000 rows).
-    storing = ", ".join(f"'{a}'" for a in _STORING_ACTIONS)
     absent = _small_list(con, "SELECT l.identifier FROM latest l ANTI JOIN stored s ON s.identifier = l.identifier")
     absent_identifiers = (
         "(SELECT l.identifier FROM latest l ANTI JOIN stored s ON s.identifier = l.identifier)"
@@ -376,13 +396,9 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE stored_before AS
-        SELECT h.identifier,
-               arg_max(h.datestamp, (h.datestamp, h.received_at)) AS datestamp,
-               arg_max(h.deleted, (h.datestamp, h.received_at)) AS deleted,
-               arg_max(h.content_hash, (h.datestamp, h.received_at)) AS content_hash,
-               min(h.received_at) AS first_seen_at
+        SELECT h.identifier, {_LAST_STORED_VERSION}
         FROM record_history h
-        WHERE {'false AND ' if absent == [] else ''}h.source_id = ? AND h.action IN ({storing})
+        WHERE {'false AND ' if absent == [] else ''}h.source_id = ? AND h.action IN ({_STORING})
           AND h.identifier IN {absent_identifiers}
         GROUP BY h.identifier
         """,
@@ -398,14 +414,7 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
         SELECT i.identifier, i.page_number, i.seq, i.datestamp, r.identifier IS NOT NULL AS existed, r.row_id,
             h.first_seen_at,
             CASE
-                WHEN r.identifier IS NULL AND h.identifier IS NULL THEN CASE WHEN i.deleted THEN 'deleted' ELSE 'created' END
-                WHEN r.identifier IS NULL THEN CASE                    -- deleted by hand
-                    WHEN h.datestamp IS NOT DISTINCT FROM i.datestamp AND h.deleted = i.deleted
-                         AND h.content_hash IS NOT DISTINCT FROM i.content_hash THEN 'restored'
-                    WHEN i.deleted THEN 'deleted'
-                    WHEN h.deleted THEN 'revived'
-                    ELSE 'updated'
-                END
+                WHEN r.identifier IS NULL THEN {_ACTION_WITHOUT_ROW}
                 WHEN i.datestamp < r.datestamp THEN 'stale'            -- never overwrite a newer version
                 WHEN i.deleted AND r.deleted THEN CASE WHEN v.same_fp THEN 'unchanged' ELSE 'restored' END
                 WHEN i.deleted THEN 'deleted'
@@ -499,6 +508,24 @@ def _page_slices(con, page_rows: list[tuple[int, int]] | None = None) -> list[tu
     return slices
 
 
+def _inserted_values(*, source_id: str, run_id: str, window_start: str, window_end: str) -> str:
+    """The SELECT list of a new `records` row (_INSERTED_COLUMNS) from staged row `i` and its
+    classification `c`, with the run's SQL expressions given; then two parameters: the time for a
+    first sighting (when the history has none) and the write's time."""
+    values = ", ".join(_stored_value(c, "i.") for c in VALUE_COLUMNS)
+    return (f"{source_id}, i.identifier, {values}, coalesce(c.first_seen_at, ?), ?, {run_id}, {window_start}, "
+            f"{window_end}, {identifier_key_sql('i.identifier')}")
+
+
+def _history_values(*, source_id: str, window_start: str, window_end: str, run_id: str, attempt_id: str) -> str:
+    """The SELECT list of a `record_history` row from staged row `i` and its classification `c`,
+    with the run's SQL expressions given; then one parameter, the time received. The XML is kept
+    for the versions the merge wrote that differ from the stored one."""
+    return (f"{source_id}, i.identifier, i.datestamp, i.deleted, i.content_hash, c.action, {window_start}, "
+            f"{window_end}, {run_id}, {attempt_id}, i.page_number, "
+            "CASE WHEN c.action IN ('created', 'updated', 'revived', 'restored') THEN i.metadata_xml END, ?")
+
+
 def _write_slice(con, first_page, last_page, *, source_id, window_start, window_end, run_id, attempt_id, now,
                  by_rowid) -> tuple[int, int]:
     """Insert, update and record the history of the classified rows staged on these pages."""
@@ -515,12 +542,10 @@ def _write_slice(con, first_page, last_page, *, source_id, window_start, window_
         JOIN classified c ON c.identifier = i.identifier AND c.page_number = i.page_number AND c.seq = i.seq
         WHERE {pages} AND {_WRITES}
     """
-    values = ", ".join(_stored_value(c, "i.") for c in VALUE_COLUMNS)
     inserted = con.execute(
         f"""
-        INSERT INTO records (source_id, identifier, {', '.join(VALUE_COLUMNS)},
-                             first_seen_at, written_at, written_by_run, window_start, window_end, identifier_key)
-        SELECT ?, i.identifier, {values}, coalesce(c.first_seen_at, ?), ?, ?, ?, ?, {identifier_key_sql('i.identifier')}
+        INSERT INTO records ({_INSERTED_COLUMNS})
+        SELECT {_inserted_values(source_id="?", run_id="?", window_start="?", window_end="?")}
         {changed} AND NOT c.existed
         """,
         [source_id, now, now, run_id, window_start, window_end],
@@ -547,8 +572,7 @@ def _write_slice(con, first_page, last_page, *, source_id, window_start, window_
     con.execute(
         f"""
         INSERT INTO record_history
-        SELECT ?, i.identifier, i.datestamp, i.deleted, i.content_hash, c.action, ?, ?, ?, ?, i.page_number,
-               CASE WHEN c.action IN ('created', 'updated', 'revived', 'restored') THEN i.metadata_xml END, ?
+        SELECT {_history_values(source_id="?", window_start="?", window_end="?", run_id="?", attempt_id="?")}
         FROM stg.page_records i
         JOIN classified c ON c.identifier = i.identifier AND c.page_number = i.page_number AND c.seq = i.seq
         WHERE {pages}

@@ -321,29 +321,23 @@ def test_another_process_opens_the_catalogue_while_the_sequence_fetches_between_
     assert opened == [(0, "2", "")]
 
 
-def test_sources_harvested_in_threads_of_one_process_do_not_break_each_others_merges(demo40, db_path, monkeypatch):
-    """One process shares one DuckDB instance per file: merges of sources harvested side by side
-    in threads (a batch run) run two at a time, each on its own cursor with its own staged files."""
-    from harvest_pipeline.harvest import window as window_module
+def test_sources_harvested_in_threads_of_one_process_merge_their_windows_in_groups(demo40, db_path, monkeypatch):
+    """One process shares one DuckDB instance per file: the windows of sources harvested side by
+    side in threads (a batch run) that end together are merged as one group, in one transaction of
+    the process's catalogue writer, and each keeps its own rows, ledger row and verdict."""
+    from harvest_pipeline.harvest import grouped_writes
 
     windows = [day_window(n) for n in (6, 5, 4, 3, 2)]
     outcomes: dict[str, list] = {}
-    merging, most_merging = [0], [0]
-    count_lock = threading.Lock()
-    real_merge = window_module.merge_staging
+    groups: list[list[str]] = []
+    real_merge = grouped_writes.merge_staged_windows
 
-    def slow_merge(*args, **kw):  # long enough for the other sources' merges to arrive meanwhile
-        with count_lock:
-            merging[0] += 1
-            most_merging[0] = max(most_merging[0], merging[0])
-        try:
-            time.sleep(0.3)
-            return real_merge(*args, **kw)
-        finally:
-            with count_lock:
-                merging[0] -= 1
+    def slow_merge(con, staged):  # long enough for the other sources' windows to end meanwhile
+        groups.append([w.source_id for w in staged])
+        time.sleep(0.3)
+        return real_merge(con, staged)
 
-    monkeypatch.setattr(window_module, "merge_staging", slow_merge)
+    monkeypatch.setattr(grouped_writes, "merge_staged_windows", slow_merge)
 
     def harvest(source_id: str) -> None:
         outcomes[source_id] = harvest_windows(demo_source(demo40, id=source_id), windows, db_path=db_path)
@@ -357,9 +351,14 @@ def test_sources_harvested_in_threads_of_one_process_do_not_break_each_others_me
     assert errors == {"a": [], "b": [], "c": []}
     with connect(db_path) as con:
         counts = dict(con.execute("SELECT source_id, count(*) FROM records GROUP BY 1").fetchall())
+        verified = dict(con.execute(
+            "SELECT source_id, count(*) FROM harvest_windows WHERE status = 'verified' GROUP BY 1").fetchall())
     total = sum(window_stats(demo40, w)["total"] for w in windows)
     assert counts == {"a": total, "b": total, "c": total}
-    assert most_merging[0] == window_module.MERGES_AT_ONCE  # side by side, never more
+    assert verified == {"a": 5, "b": 5, "c": 5}
+    # (a window that ends while no other write waits is written on its own, without a group)
+    assert max(len(g) for g in groups) > 1  # windows of different sources merged together
+    assert all(len(set(g)) == len(g) for g in groups)  # never two windows of one source
 
 
 OPEN_THROUGH_THE_STORE = """
