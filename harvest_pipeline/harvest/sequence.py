@@ -21,9 +21,12 @@ Guarantees:
   traversed are still merged, the later ones are not started.
 - A crash after a window's list is complete and before its merge loses nothing: its staging folder
   holds the closed cursor and the next run merges it without asking the server again.
-- The catalogue is opened once for the writes that come together (merge(N) with N+1's ledger
-  row) and closed between them (store/session.py): other processes get the file between
-  a run's merges.
+- The catalogue is opened once for the writes that come together and closed between them
+  (store/session.py): other processes get the file between a run's merges.
+- On the embedded catalogue, window N+1's ledger row and window N's merge (a small window's) are
+  written by the process's catalogue writer (harvest/grouped_writes.py), together with the other
+  sources' writes that wait at the same time, in one transaction; N+1's row does not wait for N's
+  merge. A large window merges in the worker thread, in a transaction of its own.
 
 No Dagster here: the caller turns reports into events in `on_window_done`.
 """
@@ -127,8 +130,9 @@ def harvest_windows(
     try:
         # Which windows split before (their next run goes to their sub-windows), and what earlier
         # runs learned about the server, read once: so even the first window's ledger row is
-        # written in the merge thread while its first page is fetched (a batch run starts a
-        # hundred sources at once, and their rows would otherwise hold back each first request).
+        # written by the catalogue writer (or the merge thread) while its first page is fetched (a
+        # batch run starts a hundred sources at once, and their rows would otherwise hold back
+        # each first request).
         with catalogue() as con:
             prior_states = {w.start: window_state(con, source.id, w.start) for w in windows}
             quirks_known = get_quirks(con, source.id)
@@ -150,7 +154,7 @@ def harvest_windows(
                 pending.append(merger.submit(deliver, _outcome(window, harvest_partition, source, window, **harvest_kw)))
                 quirks_known = None
                 continue
-            # Window N+1's ledger row is written in the merge thread, after window N's merge.
+            # Window N+1's ledger row: by the catalogue writer; without one, in the merge thread after N's merge.
             harvest = WindowHarvest(source, window, record_identify=not identify_recorded, quirks_known=quirks_known,
                                     submit_begin=merger.submit, writer=writer, **harvest_kw)
             try:
