@@ -15,11 +15,11 @@ W0 = datetime(2026, 10, 1)
 W1 = W0 + timedelta(days=1)
 
 
-def _rows(*recs):
+def _rows(*recs, page_number=1):
     cols = {f.name: [] for f in PAGE_SCHEMA}
     for seq, (ident, ds, deleted, xml) in enumerate(recs):
         values = dict(
-            page_number=1, seq=seq, identifier=ident, datestamp=ds, datestamp_raw=ds.isoformat() + "Z",
+            page_number=page_number, seq=seq, identifier=ident, datestamp=ds, datestamp_raw=ds.isoformat() + "Z",
             deleted=deleted, in_window=True, set_specs=["s"], metadata_prefix="oai_dc",
             metadata_xml=None if deleted else xml, content_hash=content_hash(None if deleted else xml, ("s",), deleted),
             title=None if deleted else f"title of {ident}",

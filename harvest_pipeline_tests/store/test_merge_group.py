@@ -2,33 +2,17 @@
 
 from datetime import datetime, timedelta
 
-import pyarrow as pa
 import pytest
 
-from harvest_pipeline.harvest.rows import content_hash
 from harvest_pipeline.store import connect, merge_group
-from harvest_pipeline.store.columns import PAGE_SCHEMA
 from harvest_pipeline.store.merge import merge_staging
 from harvest_pipeline.store.merge_group import StagedWindow, merge_staged_windows
 from harvest_pipeline.store.staging import StagingWindow, staging_path
+from harvest_pipeline_tests.store.test_merge import _rows
 
 W0 = datetime(2026, 10, 1)
 W1 = W0 + timedelta(days=1)
 T = W0 + timedelta(hours=1)
-
-
-def _page(page_number, recs):
-    cols = {f.name: [] for f in PAGE_SCHEMA}
-    for seq, (ident, ds, deleted, xml) in enumerate(recs):
-        values = dict(
-            page_number=page_number, seq=seq, identifier=ident, datestamp=ds, datestamp_raw=ds.isoformat() + "Z",
-            deleted=deleted, in_window=True, set_specs=["s"], metadata_prefix="oai_dc",
-            metadata_xml=None if deleted else xml, content_hash=content_hash(None if deleted else xml, ("s",), deleted),
-            title=None if deleted else f"title of {ident}",
-        )
-        for name in cols:
-            cols[name].append(values.get(name))
-    return pa.table(cols, schema=PAGE_SCHEMA)
 
 
 def _stage(db, source_id, pages, run) -> StagedWindow:
@@ -36,7 +20,7 @@ def _stage(db, source_id, pages, run) -> StagedWindow:
     staging = StagingWindow(path)
     staging.start_attempt(run, "k")
     for n, recs in enumerate(pages, 1):
-        staging.write_page(_page(n, recs), next_token=None, complete_list_size=None, response_date=None, warnings=[])
+        staging.write_page(_rows(*recs, page_number=n), next_token=None, complete_list_size=None, response_date=None, warnings=[])
     staging.close()
     staging.release()
     return StagedWindow(path, source_id, W0, W1, run, run, received=sum(len(p) for p in pages))
