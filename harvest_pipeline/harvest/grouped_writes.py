@@ -100,9 +100,8 @@ class GroupedWriter:
             item = self._waiting.popleft()
             staged = item.staged
             if staged is not None:
-                merges = sum(1 for g in group if g.staged is not None)
-                if staged.source_id in sources or (merges and (merges >= MAX_GROUP_WINDOWS
-                                                               or rows + staged.received > MAX_GROUP_ROWS)):
+                if staged.source_id in sources or (sources and (len(sources) >= MAX_GROUP_WINDOWS
+                                                                or rows + staged.received > MAX_GROUP_ROWS)):
                     later.append(item)
                     continue
                 sources.add(staged.source_id)
@@ -117,7 +116,7 @@ class GroupedWriter:
         try:
             results = self._transaction(lambda con: _write_group(con, group), f"{len(group)} catalogue writes")
         except BaseException as exc:  # noqa: BLE001 - each write runs again alone and keeps its own outcome
-            log.info("a group of %d catalogue writes failed (%s: %s); writing them one by one",
+            log.warning("a group of %d catalogue writes failed (%s: %s); writing them one by one",
                      len(group), type(exc).__name__, str(exc).splitlines()[0][:200] if str(exc) else "")
             for item in group:
                 self._run_alone(item)

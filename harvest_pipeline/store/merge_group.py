@@ -86,12 +86,13 @@ def _merge_new_records(con, windows: list[StagedWindow], grouped: dict[int, list
     con.execute("CREATE OR REPLACE TEMP TABLE g_windows (w INTEGER, source_id VARCHAR, window_start TIMESTAMP, "
                 "window_end TIMESTAMP, run_id VARCHAR, attempt_id VARCHAR)")
     con.execute(f"INSERT INTO g_windows VALUES {rows_sql}", params)
-    try:
-        return _merge_grouped(con, now)
-    finally:
-        for table in ("g_classified", "g_before", "g_latest", "g_windows", "g_files"):
-            con.execute(f"DROP TABLE IF EXISTS {table}")
-        con.execute("RESET VARIABLE stg_group_files")
+    # No clean-up after an error: the transaction is aborted (a statement would raise again and
+    # hide the error), and the next group replaces these tables.
+    counts = _merge_grouped(con, now)
+    for table in ("g_classified", "g_before", "g_latest", "g_windows", "g_files"):
+        con.execute(f"DROP TABLE IF EXISTS {table}")
+    con.execute("RESET VARIABLE stg_group_files")
+    return counts
 
 
 def _merge_grouped(con, now: datetime) -> dict[int, MergeCounts]:
