@@ -60,3 +60,47 @@ def test_a_failing_write_fails_alone_and_the_others_of_its_group_are_written(wri
         bad.result(10)
     with connect(db) as con:
         assert sorted(n for (n,) in con.execute("SELECT n FROM t").fetchall()) == [0, 1, 2]  # nothing of the bad one
+
+
+def test_a_window_whose_verdict_fails_leaves_the_other_merges_of_its_group_written(tmp_path, monkeypatch):
+    from harvest_pipeline.harvest import grouped_writes
+    from harvest_pipeline_tests.store.test_merge_group import T, _stage, _x
+
+    grouped = []
+    real = grouped_writes.merge_staged_windows
+    monkeypatch.setattr(grouped_writes, "merge_staged_windows",
+                        lambda con, staged: grouped.append([w.source_id for w in staged]) or real(con, staged))
+    db = tmp_path / "cat.duckdb"
+    writer = GroupedWriter(lambda: connect(db))
+    windows = {s: _stage(db, s, [[(f"{s}-{i}", T, False, _x(i)) for i in range(4)]], f"run-{s}") for s in "abc"}
+    gate, running = threading.Event(), threading.Event()
+    first = writer.write(_insert_nothing(gate, running), what="first")
+    assert running.wait(10)
+
+    def verdict(source_id):
+        def finish(con, counts):
+            if source_id == "b":
+                raise RuntimeError("the verdict of b cannot be written")
+            return counts.created
+        return finish
+
+    def alone(window, finish):
+        return lambda con: finish(con, window.merge_alone(con))
+
+    futures = {s: writer.merge(w, verdict(s), alone=alone(w, verdict(s)), what=f"merge {s}") for s, w in windows.items()}
+    gate.set()
+    first.result(10)
+    assert (futures["a"].result(10), futures["c"].result(10)) == (4, 4)
+    with pytest.raises(RuntimeError, match="verdict of b"):
+        futures["b"].result(10)
+    with connect(db) as con:
+        stored = dict(con.execute("SELECT source_id, count(*) FROM records GROUP BY 1").fetchall())
+    assert stored == {"a": 4, "c": 4}  # b's merge went with its failed verdict
+    assert grouped == [["a", "b", "c"]]  # tried as one group first, then one by one
+
+
+def _insert_nothing(gate, running):
+    def body(con):
+        running.set()
+        gate.wait(10)
+    return body
