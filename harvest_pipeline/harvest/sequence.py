@@ -45,7 +45,7 @@ from harvest_pipeline.harvest import stop
 from harvest_pipeline.harvest.grouped_writes import grouped_writer
 from harvest_pipeline.harvest.listers import Lister, lister_for
 from harvest_pipeline.harvest.split import harvest_partition, split_failed_window, split_reason
-from harvest_pipeline.harvest.window import _MERGES_IN_THIS_PROCESS, Connect, Progress, Window, WindowHarvest, WindowReport
+from harvest_pipeline.harvest.window import MERGE_SLOTS, Connect, Progress, Window, WindowHarvest, WindowReport
 from harvest_pipeline.store.backend import catalogue_settings
 from harvest_pipeline.sources import SourceConfig
 from harvest_pipeline.store.ledger import get_quirks
@@ -99,7 +99,7 @@ def harvest_windows(
     # The embedded file's writes of all the process's harvests that wait together go in one
     # transaction (ledger rows, small windows' merges: harvest/grouped_writes.py). A shared
     # catalogue takes many writers: each window writes on its own, as before.
-    writer = None if catalogue_settings().shared else grouped_writer(catalogue, hold=lambda: _MERGES_IN_THIS_PROCESS)
+    writer = None if catalogue_settings().shared else grouped_writer(catalogue, hold=lambda: MERGE_SLOTS)
     merger = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"merge-{source.id}")
     pending: list[Future] = []
     callback_errors: list[BaseException] = []

@@ -46,7 +46,8 @@ log = logging.getLogger(__name__)
 # catalogue (store/session.py), with its staged files on that cursor; two keep both cores of a
 # small machine busy, more only queue for them (and for memory: a merge may take DuckDB's limit).
 MERGES_AT_ONCE = 2
-_MERGES_IN_THIS_PROCESS = threading.BoundedSemaphore(MERGES_AT_ONCE)
+# Taken by each merge transaction of the process (also the catalogue writer's, harvest/grouped_writes.py).
+MERGE_SLOTS = threading.BoundedSemaphore(MERGES_AT_ONCE)
 
 # How often an expired token may restart the window before we give up.
 MAX_RESTARTS = 2
@@ -383,7 +384,7 @@ class WindowHarvest:
                 # With the other sources' windows that end now, in one transaction (harvest/grouped_writes.py).
                 counts, warnings, checks, status = self.writer.merge(staged, finish, alone=merge, what=what).result()
             else:
-                with _MERGES_IN_THIS_PROCESS:
+                with MERGE_SLOTS:
                     counts, warnings, checks, status = run_write(self.connect, merge, what=what, log=log)
             crashpoint("after-merge")
             staging.remove()

@@ -24,7 +24,7 @@ from harvest_pipeline.store.merge import (
     _ACTION_WITHOUT_ROW, _ACTIONS, _INSERTED_COLUMNS, _LAST_STORED_VERSION, _STORING, DUPLICATE_EXAMPLES,
     LARGE_WINDOW_ROWS, MergeCounts, _history_values, _inserted_values, _small_list, _sql_list, merge_staging,
 )
-from harvest_pipeline.store.staging import EMPTY_QUARANTINE_FILE, staged_file_lists
+from harvest_pipeline.store.staging import staged_file_lists, staged_files
 
 
 @dataclass(frozen=True)
@@ -59,9 +59,10 @@ def merge_staged_windows(con: duckdb.DuckDBPyConnection, windows: list[StagedWin
     grouped: dict[int, list[str]] = {}
     if dialect(con) == EMBEDDED:
         for n, window in enumerate(windows):
-            rows, quarantine = staged_file_lists(window.staging_folder)
-            if window.received <= LARGE_WINDOW_ROWS and Path(quarantine[0]).name == EMPTY_QUARANTINE_FILE:
-                grouped[n] = rows
+            # The committed files themselves: a window without quarantine files needs no empty one.
+            rows, quarantine = staged_files(window.staging_folder)
+            if window.received <= LARGE_WINDOW_ROWS and not quarantine:
+                grouped[n] = [str(f) for f, _, _ in rows] or staged_file_lists(window.staging_folder)[0]
     if len(grouped) > 1:
         counts.update(_merge_new_records(con, windows, grouped))
     for n, window in enumerate(windows):
