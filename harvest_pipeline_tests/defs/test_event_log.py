@@ -97,6 +97,30 @@ def test_open_files_stay_bounded_however_many_runs_are_read(project_home, monkey
     assert _open_files_under(runs_dir) == 0  # dispose closes every pooled connection
 
 
+def test_the_check_table_is_looked_up_once_not_before_every_check_result(project_home, monkeypatch):
+    from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
+
+    lookups: list[str] = []
+    dagsters_lookup = SqliteEventLogStorage.has_table
+
+    def counted(self, table_name):
+        lookups.append(table_name)
+        return dagsters_lookup(self, table_name)
+
+    monkeypatch.setattr(SqliteEventLogStorage, "has_table", counted)
+    with dg.DagsterInstance.get() as instance:
+        for key in PARTITIONS.get_partition_keys():
+            assert dg.materialize([window], instance=instance, partition_key=key).success
+        checks = instance.event_log_storage.get_asset_check_execution_history(
+            dg.AssetCheckKey(dg.AssetKey("window"), "complete"), limit=10)
+        assert [c.status.value for c in checks] == ["SUCCEEDED"] * 3
+        # Three runs stored a planned check and its result each: one lookup per table found.
+        assert lookups.count("asset_check_executions") == 1 and len(lookups) == len(set(lookups))
+        instance.wipe()  # the tables are dropped and made again: asked again
+        instance.event_log_storage.has_table("asset_check_executions")
+        assert lookups.count("asset_check_executions") >= 2
+
+
 def test_without_base_dir_or_dagster_home_the_error_says_what_to_set(monkeypatch):
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
     with pytest.raises(dg.DagsterInvariantViolationError, match="DAGSTER_HOME"):
