@@ -21,7 +21,9 @@ from harvest_pipeline.store.clock import utcnow
 from harvest_pipeline.store.backend import EMBEDDED, dialect
 from harvest_pipeline.store.columns import DROPPED_BY_TOMBSTONE, VALUE_COLUMNS, identifier_key_sql
 
-_ACTIONS = ("created", "updated", "unchanged", "deleted", "revived", "restored", "stale")
+# Public names here (actions, SQL pieces, small_list, sql_list) are shared with merge_group.py,
+# which merges a group of small windows with the same classification and INSERTs.
+ACTIONS = ("created", "updated", "unchanged", "deleted", "revived", "restored", "stale")
 # Identifiers listed more than once that a merge names (the duplicates check's message).
 DUPLICATE_EXAMPLES = 5
 
@@ -30,14 +32,14 @@ WRITING_ACTIONS = ("created", "updated", "deleted", "revived", "restored")
 _WRITES = "c.action IN (" + ", ".join(f"'{a}'" for a in WRITING_ACTIONS) + ")"  # of a `classified c` row
 
 # History actions after which `records` held the received version.
-_STORING = ", ".join(f"'{a}'" for a in WRITING_ACTIONS + ("unchanged",))
-# Of a record's history rows `h` with _STORING actions: its last stored version and first sighting.
-_LAST_STORED_VERSION = """arg_max(h.datestamp, (h.datestamp, h.received_at)) AS datestamp,
+STORING = ", ".join(f"'{a}'" for a in WRITING_ACTIONS + ("unchanged",))
+# Of a record's history rows `h` with STORING actions: its last stored version and first sighting.
+LAST_STORED_VERSION = """arg_max(h.datestamp, (h.datestamp, h.received_at)) AS datestamp,
                arg_max(h.deleted, (h.datestamp, h.received_at)) AS deleted,
                arg_max(h.content_hash, (h.datestamp, h.received_at)) AS content_hash,
                min(h.received_at) AS first_seen_at"""
-# `records` columns an INSERT of the merge fills, in the order of `_inserted_values`.
-_INSERTED_COLUMNS = ", ".join(("source_id", "identifier", *VALUE_COLUMNS, "first_seen_at", "written_at",
+# `records` columns an INSERT of the merge fills, in the order of `inserted_values`.
+INSERTED_COLUMNS = ", ".join(("source_id", "identifier", *VALUE_COLUMNS, "first_seen_at", "written_at",
                                "written_by_run", "window_start", "window_end", "identifier_key"))
 
 
@@ -82,7 +84,7 @@ def _stored_value(column: str, alias: str) -> str:
 
 # The action for a received record (`i`) that has no row in `records`, from its last stored
 # version in the history (`h`, stored_before; NULL: never stored).
-_ACTION_WITHOUT_ROW = """CASE
+ACTION_WITHOUT_ROW = """CASE
                     WHEN h.identifier IS NULL THEN CASE WHEN i.deleted THEN 'deleted' ELSE 'created' END
                     -- deleted by hand:
                     WHEN h.datestamp IS NOT DISTINCT FROM i.datestamp AND h.deleted = i.deleted
@@ -108,13 +110,13 @@ READ_IDENTIFIERS_ENV = "HARVEST_MERGE_READ_IDENTIFIERS"
 SMALL_LOOKUP = 2_000
 
 
-def _small_list(con, query: str) -> list | None:
+def small_list(con, query: str) -> list | None:
     """The query's single column, or None when it has more than SMALL_LOOKUP rows."""
     rows = con.execute(f"{query} LIMIT {SMALL_LOOKUP + 1}").fetchall()
     return None if len(rows) > SMALL_LOOKUP else [r[0] for r in rows]
 
 
-def _sql_list(values: list) -> str:
+def sql_list(values: list) -> str:
     """A parenthesised SQL list of integer or text constants; (NULL) when empty (matches nothing)."""
     if not values:
         return "(NULL)"
@@ -135,10 +137,10 @@ def _read_same_versions(con, stored_fp: str, *, check_identifiers: bool) -> bool
         WHERE s.datestamp IS NOT DISTINCT FROM p.datestamp OR (s.deleted AND p.deleted)
            {'OR p.datestamp < s.datestamp' if check_identifiers else ''}
     """
-    row_ids = _small_list(con, same)
+    row_ids = small_list(con, same)
     if row_ids == []:
         return False
-    wanted = f"({same})" if row_ids is None else _sql_list(row_ids)
+    wanted = f"({same})" if row_ids is None else sql_list(row_ids)
     # Tables of their own, not an UPDATE of `stored`: DuckDB holds a transaction's updated values
     # in memory, and a window of 1,000,000 records merged again unchanged did not fit in 256 MB.
     # A table written by a query spills to disk.
@@ -330,8 +332,8 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     # A small window's keys go into the statement as a list of constants: DuckDB then filters the
     # key column inside its scan (about 10x cheaper than the semi-join a subquery gets, measured
     # on 2,000,000 rows). A large window reads most row groups anyway: a join.
-    keys = _small_list(con, "SELECT DISTINCT identifier_key FROM latest")
-    window_keys = "(SELECT identifier_key FROM latest)" if keys is None else _sql_list(keys)
+    keys = small_list(con, "SELECT DISTINCT identifier_key FROM latest")
+    window_keys = "(SELECT identifier_key FROM latest)" if keys is None else sql_list(keys)
     found = (
         f"r.rowid IN (SELECT rowid FROM records WHERE source_id = ? AND identifier_key IN {window_keys})"
         if by_rowid else
@@ -388,17 +390,17 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     # and its first sighting stays its first_seen_at. Only identifiers without a row are looked up;
     # a window whose records all have rows reads no history at all (a list of no identifiers still
     # scanned the source's history: 58 ms cold for a history of 2,000,000 rows).
-    absent = _small_list(con, "SELECT l.identifier FROM latest l ANTI JOIN stored s ON s.identifier = l.identifier")
+    absent = small_list(con, "SELECT l.identifier FROM latest l ANTI JOIN stored s ON s.identifier = l.identifier")
     absent_identifiers = (
         "(SELECT l.identifier FROM latest l ANTI JOIN stored s ON s.identifier = l.identifier)"
-        if absent is None else _sql_list(absent)
+        if absent is None else sql_list(absent)
     )
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE stored_before AS
-        SELECT h.identifier, {_LAST_STORED_VERSION}
+        SELECT h.identifier, {LAST_STORED_VERSION}
         FROM record_history h
-        WHERE {'false AND ' if absent == [] else ''}h.source_id = ? AND h.action IN ({_STORING})
+        WHERE {'false AND ' if absent == [] else ''}h.source_id = ? AND h.action IN ({STORING})
           AND h.identifier IN {absent_identifiers}
         GROUP BY h.identifier
         """,
@@ -414,7 +416,7 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
         SELECT i.identifier, i.page_number, i.seq, i.datestamp, r.identifier IS NOT NULL AS existed, r.row_id,
             h.first_seen_at,
             CASE
-                WHEN r.identifier IS NULL THEN {_ACTION_WITHOUT_ROW}
+                WHEN r.identifier IS NULL THEN {ACTION_WITHOUT_ROW}
                 WHEN i.datestamp < r.datestamp THEN 'stale'            -- never overwrite a newer version
                 WHEN i.deleted AND r.deleted THEN CASE WHEN v.same_fp THEN 'unchanged' ELSE 'restored' END
                 WHEN i.deleted THEN 'deleted'
@@ -471,7 +473,7 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
         quarantined=int(quarantined),
         quarantined_unparsed=int(unparsed),
         duplicate_examples=tuple(examples),
-        **{a: int(by_action.get(a, 0)) for a in _ACTIONS},
+        **{a: int(by_action.get(a, 0)) for a in ACTIONS},
     )
 
 
@@ -508,8 +510,8 @@ def _page_slices(con, page_rows: list[tuple[int, int]] | None = None) -> list[tu
     return slices
 
 
-def _inserted_values(*, source_id: str, run_id: str, window_start: str, window_end: str) -> str:
-    """The SELECT list of a new `records` row (_INSERTED_COLUMNS) from staged row `i` and its
+def inserted_values(*, source_id: str, run_id: str, window_start: str, window_end: str) -> str:
+    """The SELECT list of a new `records` row (INSERTED_COLUMNS) from staged row `i` and its
     classification `c`, with the run's SQL expressions given; then two parameters: the time for a
     first sighting (when the history has none) and the write's time."""
     values = ", ".join(_stored_value(c, "i.") for c in VALUE_COLUMNS)
@@ -517,7 +519,7 @@ def _inserted_values(*, source_id: str, run_id: str, window_start: str, window_e
             f"{window_end}, {identifier_key_sql('i.identifier')}")
 
 
-def _history_values(*, source_id: str, window_start: str, window_end: str, run_id: str, attempt_id: str) -> str:
+def history_values(*, source_id: str, window_start: str, window_end: str, run_id: str, attempt_id: str) -> str:
     """The SELECT list of a `record_history` row from staged row `i` and its classification `c`,
     with the run's SQL expressions given; then one parameter, the time received. The XML is kept
     for the versions the merge wrote that differ from the stored one."""
@@ -544,8 +546,8 @@ def _write_slice(con, first_page, last_page, *, source_id, window_start, window_
     """
     inserted = con.execute(
         f"""
-        INSERT INTO records ({_INSERTED_COLUMNS})
-        SELECT {_inserted_values(source_id="?", run_id="?", window_start="?", window_end="?")}
+        INSERT INTO records ({INSERTED_COLUMNS})
+        SELECT {inserted_values(source_id="?", run_id="?", window_start="?", window_end="?")}
         {changed} AND NOT c.existed
         """,
         [source_id, now, now, run_id, window_start, window_end],
@@ -572,7 +574,7 @@ def _write_slice(con, first_page, last_page, *, source_id, window_start, window_
     con.execute(
         f"""
         INSERT INTO record_history
-        SELECT {_history_values(source_id="?", window_start="?", window_end="?", run_id="?", attempt_id="?")}
+        SELECT {history_values(source_id="?", window_start="?", window_end="?", run_id="?", attempt_id="?")}
         FROM stg.page_records i
         JOIN classified c ON c.identifier = i.identifier AND c.page_number = i.page_number AND c.seq = i.seq
         WHERE {pages}

@@ -21,8 +21,8 @@ from harvest_pipeline.store.backend import EMBEDDED, dialect
 from harvest_pipeline.store.clock import utcnow
 from harvest_pipeline.store.columns import identifier_key_sql
 from harvest_pipeline.store.merge import (
-    _ACTION_WITHOUT_ROW, _ACTIONS, _INSERTED_COLUMNS, _LAST_STORED_VERSION, _STORING, DUPLICATE_EXAMPLES,
-    LARGE_WINDOW_ROWS, MergeCounts, _history_values, _inserted_values, _small_list, _sql_list, merge_staging,
+    ACTION_WITHOUT_ROW, ACTIONS, INSERTED_COLUMNS, LAST_STORED_VERSION, STORING, DUPLICATE_EXAMPLES,
+    LARGE_WINDOW_ROWS, MergeCounts, history_values, inserted_values, small_list, sql_list, merge_staging,
 )
 from harvest_pipeline.store.staging import staged_file_lists, staged_files
 
@@ -111,8 +111,8 @@ def _merge_grouped(con, now: datetime) -> dict[int, MergeCounts]:
     )
     # A window with any received key stored for its source (its record, or one sharing its key)
     # goes to the single merge, which compares versions and checks identifiers.
-    keys = _small_list(con, "SELECT DISTINCT identifier_key FROM g_latest")
-    window_keys = "(SELECT identifier_key FROM g_latest)" if keys is None else _sql_list(keys)
+    keys = small_list(con, "SELECT DISTINCT identifier_key FROM g_latest")
+    window_keys = "(SELECT identifier_key FROM g_latest)" if keys is None else sql_list(keys)
     with_rows = [n for (n,) in con.execute(
         f"""
         SELECT DISTINCT l.w
@@ -122,7 +122,7 @@ def _merge_grouped(con, now: datetime) -> dict[int, MergeCounts]:
         """
     ).fetchall()]
     if with_rows:
-        listed = _sql_list(with_rows)
+        listed = sql_list(with_rows)
         for table in ("g_files", "g_latest", "g_windows"):
             con.execute(f"DELETE FROM {table} WHERE w IN {listed}")
     if not con.execute("SELECT count(*) FROM g_windows").fetchone()[0]:
@@ -131,18 +131,18 @@ def _merge_grouped(con, now: datetime) -> dict[int, MergeCounts]:
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE g_before AS
-        SELECT l.w, h.identifier, {_LAST_STORED_VERSION}
+        SELECT l.w, h.identifier, {LAST_STORED_VERSION}
         FROM record_history h
         JOIN g_windows g ON g.source_id = h.source_id
         JOIN g_latest l ON l.w = g.w AND l.identifier = h.identifier
-        WHERE h.action IN ({_STORING})
+        WHERE h.action IN ({STORING})
         GROUP BY l.w, h.identifier
         """
     )
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE g_classified AS
-        SELECT i.w, i.identifier, i.page_number, i.seq, h.first_seen_at, {_ACTION_WITHOUT_ROW} AS action
+        SELECT i.w, i.identifier, i.page_number, i.seq, h.first_seen_at, {ACTION_WITHOUT_ROW} AS action
         FROM (
             SELECT p.w, p.identifier, p.page_number, p.seq, p.datestamp, p.deleted, p.content_hash
             FROM {_PAGES} p
@@ -160,8 +160,8 @@ def _merge_grouped(con, now: datetime) -> dict[int, MergeCounts]:
     """
     con.execute(
         f"""
-        INSERT INTO records ({_INSERTED_COLUMNS})
-        SELECT {_inserted_values(source_id="g.source_id", run_id="g.run_id", window_start="g.window_start",
+        INSERT INTO records ({INSERTED_COLUMNS})
+        SELECT {inserted_values(source_id="g.source_id", run_id="g.run_id", window_start="g.window_start",
                                  window_end="g.window_end")}
         {classified}
         """,
@@ -170,7 +170,7 @@ def _merge_grouped(con, now: datetime) -> dict[int, MergeCounts]:
     con.execute(
         f"""
         INSERT INTO record_history
-        SELECT {_history_values(source_id="g.source_id", window_start="g.window_start", window_end="g.window_end",
+        SELECT {history_values(source_id="g.source_id", window_start="g.window_start", window_end="g.window_end",
                                 run_id="g.run_id", attempt_id="g.attempt_id")}
         {classified}
         """,
@@ -197,6 +197,6 @@ def _merge_grouped(con, now: datetime) -> dict[int, MergeCounts]:
         counts[w] = MergeCounts(
             received=received, distinct_received=distinct, stored=sum(actions.values()),
             duplicate_examples=tuple(examples.get(w, ())),
-            **{a: actions.get(a, 0) for a in _ACTIONS},
+            **{a: actions.get(a, 0) for a in ACTIONS},
         )
     return counts

@@ -44,7 +44,7 @@ def db(tmp_path, monkeypatch):
 
 def test_a_large_window_classifies_at_the_whole_limit_writes_at_a_lower_one_and_gives_it_back(db, monkeypatch):
     seen = {"classifying": set(), "writing": set()}
-    small_list, write_slice = merge_module._small_list, merge_module._write_slice
+    small_list, write_slice = merge_module.small_list, merge_module._write_slice
 
     def watched_small_list(con, query):
         seen["classifying"].add(_limit(con))
@@ -54,7 +54,7 @@ def test_a_large_window_classifies_at_the_whole_limit_writes_at_a_lower_one_and_
         seen["writing"].add(_limit(con))
         return write_slice(con, *args, **kwargs)
 
-    monkeypatch.setattr(merge_module, "_small_list", watched_small_list)
+    monkeypatch.setattr(merge_module, "small_list", watched_small_list)
     monkeypatch.setattr(merge_module, "_write_slice", watched_write_slice)
     path = _stage_three_pages(db)
     with connect(db) as con:
@@ -152,14 +152,14 @@ def test_a_large_window_merges_on_one_thread_and_gives_the_instance_its_threads_
     # `threads` belongs to the DuckDB instance, which a batch run's merges share: one large window
     # left every later merge of the process on one thread.
     seen = set()
-    small_list = merge_module._small_list
+    small_list = merge_module.small_list
 
     def watched_small_list(con, query):
         with con.cursor() as c:
             seen.add(c.execute("SELECT current_setting('threads')").fetchone()[0])
         return small_list(con, query)
 
-    monkeypatch.setattr(merge_module, "_small_list", watched_small_list)
+    monkeypatch.setattr(merge_module, "small_list", watched_small_list)
     path = _stage_three_pages(db)
     with connect(db) as con:
         con.execute("SET threads = 3")
