@@ -23,6 +23,7 @@ from __future__ import annotations
 import inspect
 import os
 import re
+import sys
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -271,30 +272,35 @@ def report_extra(report) -> dict:
 
 @contextmanager
 def _phase_marks(probe):
-    """Mark the merge phase for the RSS sampler by wrapping the window module's merge call
-    (only inside this child process; skipped if the module no longer calls it by that name)."""
-    try:
-        from harvest_pipeline.harvest import window as window_module
-    except ImportError:
-        yield
-        return
-    original = getattr(window_module, "merge_staging", None)
-    if original is None:
-        yield
-        return
+    """Mark the merge phase for the RSS sampler by wrapping the calls that merge staged windows:
+    a window merged alone (store/merge_group.py's `merge_staging`, a large window's way) and a
+    group of small ones (harvest/grouped_writes.py's `merge_staged_windows`). Only inside this
+    child process; a name no longer found is said on stderr and not marked."""
+    from harvest_pipeline.harvest import grouped_writes
+    from harvest_pipeline.store import merge_group
 
-    def merge_with_mark(*args, **kwargs):
-        probe.mark("merge")
-        try:
-            return original(*args, **kwargs)
-        finally:
-            probe.mark("after_merge")
+    def marked(original):
+        def merge_with_mark(*args, **kwargs):
+            probe.mark("merge")
+            try:
+                return original(*args, **kwargs)
+            finally:
+                probe.mark("after_merge")
+        return merge_with_mark
 
-    window_module.merge_staging = merge_with_mark
+    patched = []
+    for module, name in ((merge_group, "merge_staging"), (grouped_writes, "merge_staged_windows")):
+        original = getattr(module, name, None)
+        if original is None:
+            print(f"bench: {module.__name__}.{name} not found: its merges are not marked", file=sys.stderr)
+            continue
+        setattr(module, name, marked(original))
+        patched.append((module, name, original))
     try:
         yield
     finally:
-        window_module.merge_staging = original
+        for module, name, original in patched:
+            setattr(module, name, original)
 
 
 def _harvest_run(state, probe) -> dict:
