@@ -14,7 +14,6 @@ if TYPE_CHECKING:  # the harvest core is imported when a run needs it, not when 
 
 
 LOG_EVERY_SECONDS = 5.0
-PREVIEW_ROWS = 20
 # (catalogue, source) pairs known to hold a tombstone: a process may harvest into more than one file.
 _SOURCES_WITH_DELETIONS: set[tuple[str, str]] = set()
 CHANGES_SCHEMA = dg.TableSchema(
@@ -110,13 +109,17 @@ def _catalogue_facts(context, report: WindowReport) -> tuple[dict, dict]:
 
         seen = (str(catalogue_path(resource)), report.source_id)
         with catalogue_connector(resource)() as con:
-            from harvest_pipeline.store.preview import changed_records, source_has_deletions, window_record_counts
+            from harvest_pipeline.store.merge import PREVIEW_ROWS
+            from harvest_pipeline.store.preview import (
+                changed_records, preview_rows, source_has_deletions, window_record_counts,
+            )
 
             window = window_record_counts(con, report.source_id, report.window.start, report.window.end)
-            rows = changed_records(
+            # The merge's own preview when it took one; read back otherwise (a split window's).
+            rows = (preview_rows(counts.changed_preview) if counts.changed_preview is not None else changed_records(
                 con, report.source_id, report.window.start, report.window.end, limit=PREVIEW_ROWS,
                 **({"run_id": report.run_id} if split else {"attempt_id": report.attempt_id}),
-            ) if changed else []
+            )) if changed else []
             # Whether to plot deletions: asked until the source shows a tombstone, then not again.
             has_deletions = (seen in _SOURCES_WITH_DELETIONS or counts.deleted > 0
                              or source_has_deletions(con, report.source_id))

@@ -59,6 +59,10 @@ class MergeCounts:
     quarantined: int = 0  # unparseable records plus records whose metadata could not be mapped
     quarantined_unparsed: int = 0
     duplicate_examples: tuple[str, ...] = ()  # identifiers listed more than once, the first few
+    # The records this merge wrote, newest datestamps first, at most PREVIEW_ROWS: (identifier,
+    # datestamp, action, title as stored). None: not taken by the merge (a split window's sums,
+    # counts read back from the ledger); the UI's preview then reads the catalogue.
+    changed_preview: tuple[tuple, ...] | None = None
 
     @property
     def duplicates(self) -> int:
@@ -100,6 +104,16 @@ def _fingerprint(values: dict[str, str]) -> str:
     # chr(0), not a NUL inside the literal: duckdb 1.5's parser ends the statement at a NUL byte.
     parts = ", ".join(f"coalesce(CAST({expr} AS VARCHAR), chr(0))" for expr in values.values())
     return f"md5(concat_ws(chr(31), {parts}))"
+
+
+# Rows of the changed-records preview a merge takes (MergeCounts.changed_preview).
+PREVIEW_ROWS = 20
+# The preview's order, of a classified row `c` and its staged row `i`: newest datestamps first,
+# then by identifier (store/preview.py reads the catalogue in the same order).
+PREVIEW_ORDER = "i.datestamp DESC NULLS LAST, c.identifier"
+# The preview's columns, of a classified row `c` and its staged row `i`: the received datestamp and
+# the title the record was stored with (none for a tombstone).
+PREVIEW_COLUMNS = f"c.identifier, i.datestamp, c.action, {_stored_value('title', 'i.')} AS title"
 
 
 # Set: a small window's merge reads the stored identifiers instead of trusting their keys (the
@@ -452,6 +466,17 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
         )
         inserted, updated = inserted + n_inserted, updated + n_updated
     by_action = dict(con.execute("SELECT action, count(*) FROM classified GROUP BY action").fetchall())
+    # The UI's preview of what this window changed, taken here from the window's own rows: read
+    # back from the catalogue afterwards it cost two scans that grow with the source.
+    preview = tuple(con.execute(
+        f"""
+        SELECT {PREVIEW_COLUMNS}
+        FROM classified c
+        JOIN stg.page_records i ON i.identifier = c.identifier AND i.page_number = c.page_number AND i.seq = c.seq
+        WHERE {_WRITES}
+        ORDER BY {PREVIEW_ORDER} LIMIT {PREVIEW_ROWS}
+        """
+    ).fetchall()) if any(by_action.get(a) for a in WRITING_ACTIONS) else ()
     # "Stored": received versions the catalogue now holds (or holds a newer version of): the rows
     # the two statements above wrote (their own row counts), plus the versions found already
     # stored, identical or older than the stored one.
@@ -473,6 +498,7 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
         quarantined=int(quarantined),
         quarantined_unparsed=int(unparsed),
         duplicate_examples=tuple(examples),
+        changed_preview=preview,
         **{a: int(by_action.get(a, 0)) for a in ACTIONS},
     )
 

@@ -22,7 +22,8 @@ from harvest_pipeline.store.clock import utcnow
 from harvest_pipeline.store.columns import identifier_key_sql
 from harvest_pipeline.store.merge import (
     ACTION_WITHOUT_ROW, ACTIONS, INSERTED_COLUMNS, LAST_STORED_VERSION, STORING, DUPLICATE_EXAMPLES,
-    LARGE_WINDOW_ROWS, MergeCounts, history_values, inserted_values, small_list, sql_list, merge_staging,
+    LARGE_WINDOW_ROWS, PREVIEW_COLUMNS, PREVIEW_ORDER, PREVIEW_ROWS, MergeCounts, history_values, inserted_values,
+    small_list, sql_list, merge_staging,
 )
 from harvest_pipeline.store.staging import staged_file_lists, staged_files
 
@@ -191,12 +192,24 @@ def _merge_grouped(con, now: datetime) -> dict[int, MergeCounts]:
         """
     ).fetchall():
         examples.setdefault(w, []).append(identifier)
+    # Each window's preview of what it changed (as alone: every classified row here was written).
+    previews: dict[int, list[tuple]] = {}
+    for w, *row in con.execute(
+        f"""
+        SELECT w, identifier, datestamp, action, title FROM (
+            SELECT c.w, {PREVIEW_COLUMNS}, row_number() OVER (PARTITION BY c.w ORDER BY {PREVIEW_ORDER}) AS n
+            FROM g_classified c
+            JOIN {_PAGES} i ON i.w = c.w AND i.identifier = c.identifier AND i.page_number = c.page_number AND i.seq = c.seq
+        ) WHERE n <= {PREVIEW_ROWS} ORDER BY w, n
+        """
+    ).fetchall():
+        previews.setdefault(w, []).append(tuple(row))
     counts = {}
     for w, (received, distinct) in sizes.items():
         actions = by_action.get(w, {})
         counts[w] = MergeCounts(
             received=received, distinct_received=distinct, stored=sum(actions.values()),
-            duplicate_examples=tuple(examples.get(w, ())),
+            duplicate_examples=tuple(examples.get(w, ())), changed_preview=tuple(previews.get(w, ())),
             **{a: actions.get(a, 0) for a in ACTIONS},
         )
     return counts

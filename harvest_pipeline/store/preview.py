@@ -4,6 +4,7 @@ latest records per source. Each returns plain values (strings, numbers), ready f
 from __future__ import annotations
 
 from datetime import datetime
+from collections.abc import Iterable
 from typing import Any
 
 import duckdb
@@ -63,7 +64,7 @@ def changed_records(con: duckdb.DuckDBPyConnection, source_id: str, window_start
         f"""
         SELECT identifier, datestamp, action FROM record_history
         WHERE source_id = ? AND window_start >= ? AND window_start < ? AND {by} = ? AND list_contains(?, action)
-        ORDER BY datestamp DESC, identifier
+        ORDER BY datestamp DESC NULLS LAST, identifier
         LIMIT ?
         """,
         [source_id, to_naive_utc(window_start), to_naive_utc(window_end), value, list(WRITING_ACTIONS), limit],
@@ -76,9 +77,13 @@ def changed_records(con: duckdb.DuckDBPyConnection, source_id: str, window_start
         [source_id, identifiers],
     ).fetchall()
     titles = dict(found)
-    return [
-        {"identifier": i, "datestamp": _utc(d), "action": a, "title": _short(titles.get(i))} for i, d, a in changed
-    ]
+    return preview_rows((i, d, a, titles.get(i)) for i, d, a in changed)
+
+
+def preview_rows(rows: Iterable[tuple]) -> list[dict[str, Any]]:
+    """(identifier, datestamp, action, title) rows, a merge's own (MergeCounts.changed_preview) or
+    read back above, as the preview table's rows."""
+    return [{"identifier": i, "datestamp": _utc(d), "action": a, "title": _short(t)} for i, d, a, t in rows]
 
 
 def latest_records(con: duckdb.DuckDBPyConnection, source_ids: list[str], per_source: int = 5) -> list[dict[str, Any]]:

@@ -132,3 +132,56 @@ def test_a_group_holds_one_window_per_source(tmp_path):
     window = _stage(db, "a", [[("x", T, False, _x("x"))]], "r1")
     with connect(db) as con, pytest.raises(ValueError, match="one window per source"):
         merge_staged_windows(con, [window, window])
+
+
+def test_each_merge_previews_what_reading_the_catalogue_back_shows(tmp_path, spy):
+    """The merge's own preview of the records it wrote (store/merge.py, MergeCounts.changed_preview)
+    is what the UI read back from the history and the records before: same rows, same order."""
+    from harvest_pipeline.store.preview import changed_records, preview_rows
+
+    db = tmp_path / "cat.duckdb"
+    windows = _catalogue(db)
+    spy.clear()
+    with connect(db) as con:
+        con.execute("BEGIN TRANSACTION")
+        counts = merge_staged_windows(con, windows)
+        con.execute("COMMIT")
+        read_back = [changed_records(con, w.source_id, W0, W1, attempt_id=w.attempt_id) for w in windows]
+    assert spy == ["known"]  # both ways of merging are in the comparison
+    for window, c, rows in zip(windows, counts, read_back):
+        assert preview_rows(c.changed_preview) == rows, window.source_id
+        assert len(c.changed_preview) == c.changed
+    by_source = {w.source_id: preview_rows(c.changed_preview) for w, c in zip(windows, counts)}
+    assert [(r["identifier"], r["action"], r["title"]) for r in by_source["new"]] == [
+        ("n1", "created", "title of n1"), ("n2", "created", "title of n2"), ("n3", "deleted", None)]
+    assert [r["identifier"] for r in by_source["known"]] == ["k2", "k9"]  # k1 unchanged: not shown
+    assert by_source["empty"] == []
+
+
+def test_a_large_change_previews_its_newest_records_only(tmp_path):
+    from harvest_pipeline.store.merge import PREVIEW_ROWS
+    from harvest_pipeline.store.preview import changed_records, preview_rows
+
+    db = tmp_path / "cat.duckdb"
+    n = PREVIEW_ROWS + 15
+    window = _stage(db, "big", [[(f"r{i:03d}", T + timedelta(minutes=i % 7), False, _x(i)) for i in range(n)]], "r1")
+    with connect(db) as con:
+        con.execute("BEGIN TRANSACTION")
+        counts = window.merge_alone(con)
+        con.execute("COMMIT")
+        read_back = changed_records(con, "big", W0, W1, attempt_id="r1", limit=PREVIEW_ROWS)
+    assert counts.created == n and len(counts.changed_preview) == PREVIEW_ROWS
+    assert preview_rows(counts.changed_preview) == read_back
+    stamps = [row[1] for row in counts.changed_preview]
+    assert stamps == sorted(stamps, reverse=True) and stamps[0] == T + timedelta(minutes=6)
+
+
+def test_a_window_merged_again_unchanged_previews_nothing(tmp_path):
+    db = tmp_path / "cat.duckdb"
+    for run in ("r1", "r2"):
+        window = _stage(db, "a", [[("a1", T, False, _x(1)), ("a2", T, False, _x(2))]], run)
+        with connect(db) as con:
+            con.execute("BEGIN TRANSACTION")
+            counts = window.merge_alone(con)
+            con.execute("COMMIT")
+    assert counts.unchanged == 2 and counts.changed_preview == ()
