@@ -197,9 +197,11 @@ def _merge_grouped(con, now: datetime) -> dict[int, MergeCounts]:
     for w, *row in con.execute(
         f"""
         SELECT w, identifier, datestamp, action, title FROM (
-            SELECT c.w, {PREVIEW_COLUMNS}, row_number() OVER (PARTITION BY c.w ORDER BY {PREVIEW_ORDER}) AS n
-            FROM g_classified c
-            JOIN {_PAGES} i ON i.w = c.w AND i.identifier = c.identifier AND i.page_number = c.page_number AND i.seq = c.seq
+            SELECT *, row_number() OVER (PARTITION BY w ORDER BY {PREVIEW_ORDER}) AS n FROM (
+                SELECT c.w, {PREVIEW_COLUMNS}
+                FROM g_classified c
+                JOIN {_PAGES} i ON i.w = c.w AND i.identifier = c.identifier AND i.page_number = c.page_number AND i.seq = c.seq
+            )
         ) WHERE n <= {PREVIEW_ROWS} ORDER BY w, n
         """
     ).fetchall():

@@ -164,16 +164,20 @@ def test_a_large_change_previews_its_newest_records_only(tmp_path):
 
     db = tmp_path / "cat.duckdb"
     n = PREVIEW_ROWS + 15
-    window = _stage(db, "big", [[(f"r{i:03d}", T + timedelta(minutes=i % 7), False, _x(i)) for i in range(n)]], "r1")
+    # r000 a tombstone with the newest datestamp: first in the preview, without a title.
+    window = _stage(db, "big", [[(f"r{i:03d}", T + timedelta(minutes=10 if i == 0 else i % 7), i == 0, _x(i))
+                                 for i in range(n)]], "r1")
     with connect(db) as con:
         con.execute("BEGIN TRANSACTION")
         counts = window.merge_alone(con)
         con.execute("COMMIT")
         read_back = changed_records(con, "big", W0, W1, attempt_id="r1", limit=PREVIEW_ROWS)
-    assert counts.created == n and len(counts.changed_preview) == PREVIEW_ROWS
+    assert (counts.created, counts.deleted) == (n - 1, 1) and len(counts.changed_preview) == PREVIEW_ROWS
     assert preview_rows(counts.changed_preview) == read_back
+    assert counts.changed_preview[0] == ("r000", T + timedelta(minutes=10), "deleted", None)
+    assert counts.changed_preview[1][3] == f"title of {counts.changed_preview[1][0]}"
     stamps = [row[1] for row in counts.changed_preview]
-    assert stamps == sorted(stamps, reverse=True) and stamps[0] == T + timedelta(minutes=6)
+    assert stamps == sorted(stamps, reverse=True) and stamps[1] == T + timedelta(minutes=6)
 
 
 def test_a_window_merged_again_unchanged_previews_nothing(tmp_path):
