@@ -68,6 +68,15 @@ def _state(db):
     return records, history
 
 
+def _committed(db, merge):
+    """merge(con) in one transaction of the catalogue, committed; its result."""
+    with connect(db) as con:
+        con.execute("BEGIN TRANSACTION")
+        result = merge(con)
+        con.execute("COMMIT")
+    return result
+
+
 @pytest.fixture
 def spy(monkeypatch):
     alone = []
@@ -95,10 +104,7 @@ def test_a_group_merge_gives_the_rows_history_and_counts_of_single_merges(tmp_pa
             con.execute("COMMIT")
     windows = _catalogue(grouped)
     spy.clear()
-    with connect(grouped) as con:
-        con.execute("BEGIN TRANSACTION")
-        group_counts = merge_staged_windows(con, windows)
-        con.execute("COMMIT")
+    group_counts = _committed(grouped, lambda con: merge_staged_windows(con, windows))
     assert spy == ["known"]  # the only window with stored rows went alone; the others as a group
     assert group_counts == single_counts
     assert _state(grouped) == _state(one_by_one)
@@ -112,17 +118,11 @@ def test_a_group_merge_gives_the_rows_history_and_counts_of_single_merges(tmp_pa
 def test_a_group_merged_again_finds_every_record_unchanged(tmp_path, spy):
     db = tmp_path / "cat.duckdb"
     windows = [_stage(db, s, [[(f"{s}-{i}", T, False, _x(i)) for i in range(3)]], "r1") for s in ("a", "b", "c")]
-    with connect(db) as con:
-        con.execute("BEGIN TRANSACTION")
-        first = merge_staged_windows(con, windows)
-        con.execute("COMMIT")
+    first = _committed(db, lambda con: merge_staged_windows(con, windows))
     assert spy == [] and [c.created for c in first] == [3, 3, 3]
     state = _state(db)[0]
     windows = [_stage(db, s, [[(f"{s}-{i}", T, False, _x(i)) for i in range(3)]], "r2") for s in ("a", "b", "c")]
-    with connect(db) as con:
-        con.execute("BEGIN TRANSACTION")
-        again = merge_staged_windows(con, windows)
-        con.execute("COMMIT")
+    again = _committed(db, lambda con: merge_staged_windows(con, windows))
     assert spy == ["a", "b", "c"] and [c.unchanged for c in again] == [3, 3, 3]
     assert _state(db)[0] == state
 
@@ -142,10 +142,8 @@ def test_each_merge_previews_what_reading_the_catalogue_back_shows(tmp_path, spy
     db = tmp_path / "cat.duckdb"
     windows = _catalogue(db)
     spy.clear()
+    counts = _committed(db, lambda con: merge_staged_windows(con, windows))
     with connect(db) as con:
-        con.execute("BEGIN TRANSACTION")
-        counts = merge_staged_windows(con, windows)
-        con.execute("COMMIT")
         read_back = [changed_records(con, w.source_id, W0, W1, attempt_id=w.attempt_id) for w in windows]
     assert spy == ["known"]  # both ways of merging are in the comparison
     for window, c, rows in zip(windows, counts, read_back):
@@ -167,10 +165,8 @@ def test_a_large_change_previews_its_newest_records_only(tmp_path):
     # r000 a tombstone with the newest datestamp: first in the preview, without a title.
     window = _stage(db, "big", [[(f"r{i:03d}", T + timedelta(minutes=10 if i == 0 else i % 7), i == 0, _x(i))
                                  for i in range(n)]], "r1")
+    counts = _committed(db, window.merge_alone)
     with connect(db) as con:
-        con.execute("BEGIN TRANSACTION")
-        counts = window.merge_alone(con)
-        con.execute("COMMIT")
         read_back = changed_records(con, "big", W0, W1, attempt_id="r1", limit=PREVIEW_ROWS)
     assert (counts.created, counts.deleted) == (n - 1, 1) and len(counts.changed_preview) == PREVIEW_ROWS
     assert preview_rows(counts.changed_preview) == read_back
@@ -184,8 +180,5 @@ def test_a_window_merged_again_unchanged_previews_nothing(tmp_path):
     db = tmp_path / "cat.duckdb"
     for run in ("r1", "r2"):
         window = _stage(db, "a", [[("a1", T, False, _x(1)), ("a2", T, False, _x(2))]], run)
-        with connect(db) as con:
-            con.execute("BEGIN TRANSACTION")
-            counts = window.merge_alone(con)
-            con.execute("COMMIT")
+        counts = _committed(db, window.merge_alone)
     assert counts.unchanged == 2 and counts.changed_preview == ()
