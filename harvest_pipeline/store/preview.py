@@ -3,14 +3,14 @@ latest records per source. Each returns plain values (strings, numbers), ready f
 
 from __future__ import annotations
 
-from datetime import datetime
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 import duckdb
 
 from harvest_pipeline.store.clock import to_naive_utc
-from harvest_pipeline.store.merge import WRITING_ACTIONS
+from harvest_pipeline.store.merge import PREVIEW_ORDER, WRITING_ACTIONS
 
 TITLE_CHARS = 120
 
@@ -64,7 +64,7 @@ def changed_records(con: duckdb.DuckDBPyConnection, source_id: str, window_start
         f"""
         SELECT identifier, datestamp, action FROM record_history
         WHERE source_id = ? AND window_start >= ? AND window_start < ? AND {by} = ? AND list_contains(?, action)
-        ORDER BY datestamp DESC NULLS LAST, identifier
+        ORDER BY {PREVIEW_ORDER}
         LIMIT ?
         """,
         [source_id, to_naive_utc(window_start), to_naive_utc(window_end), value, list(WRITING_ACTIONS), limit],
