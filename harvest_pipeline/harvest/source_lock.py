@@ -6,8 +6,9 @@ sensor's batch runs) both take the source's lock, an exclusive `flock` on
 `<catalogue folder>/locks/source-<id>.lock`, so a run whose source is busy waits for the run that
 holds it instead of starting a second traversal. The kernel drops the lock when its holder dies.
 
-It is a local lock: with workers on several machines (a shared catalogue), the sensor still never
-launches a source's windows twice, but a UI launch on another machine is not held back by it.
+With a shared catalogue (workers on several machines) the lock is also taken on the catalogue's
+PostgreSQL (store/source_leases.py, an advisory lock), so a UI launch on one machine waits for a
+batch run holding the source on another; PostgreSQL drops it when the holder's connection ends.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from pathlib import Path
 from typing import Callable
 
 from harvest_pipeline.harvest import stop
+from harvest_pipeline.store.backend import catalogue_settings
+from harvest_pipeline.store.source_leases import PostgresSourceLock
 
 POLL_SECONDS = 0.25
 
@@ -27,11 +30,18 @@ def lock_path(db_path: str | Path, source_id: str) -> Path:
     return Path(db_path).parent / "locks" / f"source-{source_id}.lock"
 
 
+def _shared_lock(source_id: str) -> PostgresSourceLock | None:
+    """The source's lock on the shared catalogue's PostgreSQL, or None for the embedded file."""
+    settings = catalogue_settings()
+    return PostgresSourceLock(settings.pg_dsn, source_id) if settings.shared else None
+
+
 class SourceLock:
     def __init__(self, db_path: str | Path, source_id: str):
         self.path = lock_path(db_path, source_id)
         self.source_id = source_id
         self._fd: int | None = None
+        self._shared: PostgresSourceLock | None = None
 
     def acquire(self, *, on_wait: Callable[[], None] | None = None, timeout: float | None = None) -> bool:
         """Take the lock, waiting up to `timeout` seconds (None: as long as it takes); False when the
@@ -39,23 +49,41 @@ class SourceLock:
         deadline = None if timeout is None else time.monotonic() + timeout
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        told = False
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
+        shared = _shared_lock(self.source_id)
+        local = told = False
+        try:
+            while True:
+                if not local:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        local = True
+                    except BlockingIOError:
+                        pass
+                # The machine's lock first, then the other machines' (held meanwhile: a run on this
+                # machine would wait for this one anyway).
+                if local and (shared is None or shared.try_acquire()):
+                    break
                 if stop.requested() is not None or (deadline is not None and time.monotonic() >= deadline):
                     os.close(fd)
+                    if shared is not None:
+                        shared.close()
                     return False
                 if not told and on_wait is not None:
                     on_wait()
                     told = True
                 time.sleep(POLL_SECONDS)
-        self._fd = fd
+        except BaseException:
+            os.close(fd)
+            if shared is not None:
+                shared.close()
+            raise
+        self._fd, self._shared = fd, shared
         return True
 
     def release(self) -> None:
+        if self._shared is not None:
+            self._shared.close()  # ends its session: PostgreSQL releases the advisory lock
+            self._shared = None
         if self._fd is not None:
             os.close(self._fd)  # closing drops the flock
             self._fd = None
