@@ -47,10 +47,10 @@ class SourceLock:
         """Take the lock, waiting up to `timeout` seconds (None: as long as it takes); False when the
         wait ran out or a stop was requested while waiting."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        shared = _shared_lock(self.source_id)  # before the file: a misconfigured catalogue raises here
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        shared = _shared_lock(self.source_id)
-        local = told = False
+        local = told = held = False
         try:
             while True:
                 if not local:
@@ -61,24 +61,21 @@ class SourceLock:
                         pass
                 # The machine's lock first, then the other machines' (held meanwhile: a run on this
                 # machine would wait for this one anyway).
-                if local and (shared is None or shared.try_acquire()):
+                held = local and (shared is None or shared.try_acquire())
+                if held or stop.requested() is not None or (deadline is not None and time.monotonic() >= deadline):
                     break
-                if stop.requested() is not None or (deadline is not None and time.monotonic() >= deadline):
-                    os.close(fd)
-                    if shared is not None:
-                        shared.close()
-                    return False
                 if not told and on_wait is not None:
                     on_wait()
                     told = True
                 time.sleep(POLL_SECONDS)
-        except BaseException:
-            os.close(fd)
-            if shared is not None:
-                shared.close()
-            raise
-        self._fd, self._shared = fd, shared
-        return True
+        finally:
+            if not held:  # the wait ran out, a stop, or an error: let go of what was taken
+                os.close(fd)
+                if shared is not None:
+                    shared.close()
+        if held:
+            self._fd, self._shared = fd, shared
+        return held
 
     def release(self) -> None:
         if self._shared is not None:
