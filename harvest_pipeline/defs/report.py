@@ -16,6 +16,9 @@ if TYPE_CHECKING:  # the harvest core is imported when a run needs it, not when 
 LOG_EVERY_SECONDS = 5.0
 # (catalogue, source) pairs known to hold a tombstone: a process may harvest into more than one file.
 _SOURCES_WITH_DELETIONS: set[tuple[str, str]] = set()
+# (catalogue, source, run) found without one: asked once per run. The run holds the source's lock
+# (harvest/source_lock.py), so only its own merges, whose counts say so, can add a tombstone meanwhile.
+_RUNS_WITHOUT_DELETIONS: set[tuple[str, str, str]] = set()
 CHANGES_SCHEMA = dg.TableSchema(
     columns=[
         dg.TableColumn("identifier", "string"),
@@ -120,11 +123,16 @@ def _catalogue_facts(context, report: WindowReport) -> tuple[dict, dict]:
                 con, report.source_id, report.window.start, report.window.end, limit=PREVIEW_ROWS,
                 **({"run_id": report.run_id} if split else {"attempt_id": report.attempt_id}),
             )) if changed else []
-            # Whether to plot deletions: asked until the source shows a tombstone, then not again.
+            # Whether to plot deletions: asked once per run until the source shows a tombstone, then
+            # not again (a source without any, a CSW one say, was asked after every window: a scan of
+            # its whole `deleted` column).
+            this_run = (*seen, report.run_id)
             has_deletions = (seen in _SOURCES_WITH_DELETIONS or counts.deleted > 0
-                             or source_has_deletions(con, report.source_id))
+                             or (this_run not in _RUNS_WITHOUT_DELETIONS and source_has_deletions(con, report.source_id)))
             if has_deletions:
                 _SOURCES_WITH_DELETIONS.add(seen)
+            else:
+                _RUNS_WITHOUT_DELETIONS.add(this_run)
     except Exception as exc:  # noqa: BLE001 - the window is merged and verified already: never fail it here
         # A busy catalogue (another process's merge) must not cost the window its materialization:
         # the ledger says verified, so nothing would ever harvest it again.

@@ -175,3 +175,27 @@ def test_sensor_does_not_request_windows_already_in_flight(demo, db_path):
         tick = sensor(dg.build_sensor_context(instance=instance, definitions=defs))
         [request] = tick.run_requests  # one chunk in flight already: room for one more
         assert batch_windows(request.run_config) == {"demo": keys[3:]}
+
+
+def test_a_source_without_tombstones_is_asked_once_per_run_whether_it_has_any(demo, db_path, monkeypatch):
+    """The plot of `deleted` is left out for a source without any tombstone; whether it has one is
+    a scan of the source's whole `deleted` column, asked once per run (the run holds the source's
+    lock: only its own merges, which count what they delete, could add one meanwhile)."""
+    from harvest_pipeline.store import preview
+
+    asked = []
+    real = preview.source_has_deletions
+    monkeypatch.setattr(preview, "source_has_deletions", lambda con, sid: asked.append(sid) or real(con, sid))
+    demo.set_options(deleted_record="no")  # deleted records vanish from the lists: no tombstone
+    source = demo_source(demo, windows_per_run=3)
+    learn_facts(source)
+    job = window_job(build_definitions([source]), "demo")
+    windows = [day_window(n) for n in (4, 3, 2)]
+    with dg.instance_for_test() as instance:
+        for _ in range(2):
+            result = job.execute_in_process(instance=instance, tags=range_tags(windows[0].key, windows[-1].key))
+            assert result.success
+        mats = materialized(instance)
+    assert asked == ["demo", "demo"]  # once in each of the two runs, not after each of their 3 windows
+    assert set(mats) == {w.key for w in windows}
+    assert all("deleted" not in m and m["live"] > 0 for m in mats.values())
