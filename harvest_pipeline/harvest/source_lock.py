@@ -79,7 +79,7 @@ class SourceLock:
 
     def release(self) -> None:
         if self._shared is not None:
-            self._shared.close()  # ends its session: PostgreSQL releases the advisory lock
+            self._shared.close()  # PostgreSQL releases the advisory lock
             self._shared = None
         if self._fd is not None:
             os.close(self._fd)  # closing drops the flock
