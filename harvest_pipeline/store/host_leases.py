@@ -21,11 +21,16 @@ class PostgresGate:
 
     Used when the shared catalogue is configured (``HARVEST_CATALOGUE`` postgres or ducklake), on
     the same database (``HARVEST_CATALOGUE_PG_DSN``). Slot ``i`` of a host is the session advisory
-    lock ``(hash(host), i)``, held on this thread's connection while the request is in flight;
-    PostgreSQL drops it when a worker's connection dies, so a killed worker never keeps a slot.
-    The interval is the row ``harvest_host_politeness(host_key)``: under its row lock, read the
-    previous start, sleep out the rest of the interval still holding it, stamp the new start. Times
+    lock ``(hash(host), i)``, held while the request is in flight; PostgreSQL drops it when a
+    worker's session ends, so a killed worker never keeps a slot. The interval is the row
+    ``harvest_host_politeness(host_key)``: each request reserves its start there in one statement
+    (the later of now and the last reserved start plus the interval), then sleeps until it. Times
     are the database server's clock, so workers' clocks need not agree.
+
+    A process uses one session for all its hosts and threads (a batch run fetches for a hundred
+    sources at once: a connection per thread would use up PostgreSQL's default 100), each statement
+    short, none held across a sleep. Advisory locks are re-entrant within a session, so the slots
+    this process holds are also counted here, and a thread never takes one another thread holds.
     """
 
     _TABLE = (
@@ -35,23 +40,28 @@ class PostgresGate:
 
     def __init__(self, dsn: str):
         self._dsn = dsn
-        self._local = threading.local()
-        self._table_ready = False
+        self._lock = threading.Lock()  # the session: one statement at a time
+        self._conn = None
+        self._held: set[tuple[int, int]] = set()  # (host lock key, slot) held by this process
 
-    def _conn(self):
+    def _execute(self, sql: str, params: tuple) -> tuple | None:
+        """Run one statement on the process's session; its first row (None without one)."""
         import psycopg  # only workers on a shared catalogue need it
 
-        conn = getattr(self._local, "conn", None)
-        if conn is None or conn.closed:
-            conn = psycopg.connect(self._dsn, autocommit=True, application_name="harvest-politeness")
-            self._local.conn = conn
-        if not self._table_ready:
+        with self._lock:
+            if self._conn is None or self._conn.closed:
+                conn = psycopg.connect(self._dsn, autocommit=True, application_name="harvest-politeness")
+                try:
+                    conn.execute(self._TABLE)
+                except psycopg.errors.UniqueViolation:
+                    pass  # another worker created it at the same moment
+                self._conn = conn
             try:
-                conn.execute(self._TABLE)
-            except psycopg.errors.UniqueViolation:
-                pass  # another worker created it at the same moment
-            self._table_ready = True
-        return conn
+                cur = self._conn.execute(sql, params)
+                return cur.fetchone() if cur.description is not None else None
+            except psycopg.OperationalError:
+                self._conn.close()  # the session is gone, and the locks it held: the next statement reconnects
+                raise
 
     @staticmethod
     def _lock_key(key: str) -> int:
@@ -59,47 +69,67 @@ class PostgresGate:
         h = zlib.crc32(("harvest-host:" + key).encode())
         return h - (1 << 32) if h >= 1 << 31 else h
 
-    def _take_slot(self, conn, key: str, limit: int, max_wait: float, sleep) -> int:
+    def _try_slot(self, lock: int, slot: int) -> bool:
+        with self._lock:
+            if (lock, slot) in self._held:
+                return False
+            self._held.add((lock, slot))  # claimed before asking, so no other thread asks for it meanwhile
+        taken = False
+        try:
+            taken = bool(self._execute("SELECT pg_try_advisory_lock(%s, %s)", (lock, slot))[0])
+        finally:
+            if not taken:
+                with self._lock:
+                    self._held.discard((lock, slot))
+        return taken
+
+    def _take_slot(self, key: str, limit: int, max_wait: float, sleep) -> int:
         deadline = time.monotonic() + max_wait
         pause = 0.01
         lock = self._lock_key(key)
         while True:
             for i in range(limit):
-                if conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (lock, i)).fetchone()[0]:
+                if self._try_slot(lock, i):
                     return i
             if time.monotonic() >= deadline:
                 raise SlotTimeout(key, limit, max_wait)
             sleep(pause * (0.5 + random.random()))
             pause = min(0.1, pause * 1.5)
 
-    def _stamp(self, conn, key: str, interval: float, sleep) -> float:
-        conn.execute(
+    def _release_slot(self, key: str, slot: int) -> None:
+        lock = self._lock_key(key)
+        try:
+            self._execute("SELECT pg_advisory_unlock(%s, %s)", (lock, slot))
+        except Exception:  # noqa: BLE001 - a session that ended released its locks all the same
+            pass
+        finally:
+            with self._lock:
+                self._held.discard((lock, slot))
+
+    def _reserve_start(self, key: str, interval: float, sleep) -> float:
+        """Reserve this request's start (at least `interval` after the last one reserved, on any
+        worker) and sleep until it; returns the seconds slept."""
+        self._execute(
             "INSERT INTO harvest_host_politeness (host_key) VALUES (%s) ON CONFLICT (host_key) DO NOTHING", (key,)
         )
-        with conn.transaction():
-            since = conn.execute(
-                "SELECT extract(epoch FROM clock_timestamp() - last_start) FROM harvest_host_politeness"
-                " WHERE host_key = %s FOR UPDATE",
-                (key,),
-            ).fetchone()[0]
-            wait = 0.0 if since is None else min(interval, interval - float(since))
-            if wait > 0:
-                sleep(wait)
-            conn.execute("UPDATE harvest_host_politeness SET last_start = clock_timestamp() WHERE host_key = %s", (key,))
+        wait = float(self._execute(
+            "UPDATE harvest_host_politeness"
+            " SET last_start = greatest(clock_timestamp(), last_start + make_interval(secs => %s))"
+            " WHERE host_key = %s RETURNING extract(epoch FROM last_start - clock_timestamp())",
+            (interval, key),
+        )[0])
+        if wait > 0:
+            sleep(wait)
         return max(0.0, wait)
 
     @contextmanager
     def hold(self, key: str, limit: int, interval: float, max_wait: float, sleep) -> Iterator[float]:
         started = time.monotonic()
-        conn = self._conn()
-        slot = self._take_slot(conn, key, limit, max_wait, sleep)
+        slot = self._take_slot(key, limit, max_wait, sleep)
         try:
             waited = time.monotonic() - started
             if interval > 0:
-                waited += self._stamp(conn, key, interval, sleep)
+                waited += self._reserve_start(key, interval, sleep)
             yield waited
         finally:
-            try:
-                conn.execute("SELECT pg_advisory_unlock(%s, %s)", (self._lock_key(key), slot))
-            except Exception:
-                conn.close()  # closing the session releases its locks all the same
+            self._release_slot(key, slot)

@@ -49,6 +49,37 @@ def test_workers_without_a_shared_folder_keep_the_hosts_concurrency(demo, record
     assert proxy2.max_in_flight == 2
 
 
+def test_a_process_fetching_from_many_threads_keeps_the_limit_on_one_session(demo, recording_proxy, shared_env, tmp_path,
+                                                                            monkeypatch):
+    """A batch run fetches for a hundred sources at once: one session per process, not per thread
+    (PostgreSQL's default allows 100 connections), and the host's limit still holds across its threads."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import psycopg
+
+    from harvest_pipeline.http import Transport
+    from harvest_pipeline.sources.registry import HttpSettings
+
+    sessions = []
+    real_connect = psycopg.connect
+
+    def counting(*args, **kwargs):
+        if kwargs.get("application_name") == "harvest-politeness":
+            sessions.append(1)
+        return real_connect(*args, **kwargs)
+
+    monkeypatch.setattr(psycopg, "connect", counting)
+    shared_env("postgres")
+    proxy = recording_proxy(demo.base, delay=0.1)
+    # A transport per thread, as each source has its own; one gate for the process.
+    transports = [Transport(HttpSettings(max_retries=0, max_concurrent_requests=2, min_request_interval_seconds=0),
+                            state_dir=tmp_path / "hosts") for _ in range(8)]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(lambda t: [t.get(proxy.base + "/oai?verb=Identify") for _ in range(2)], transports))
+    assert len(proxy.starts) == 16 and proxy.max_in_flight == 2
+    assert len(sessions) == 1
+
+
 def test_workers_without_a_shared_folder_keep_the_hosts_interval(demo, recording_proxy, shared_env, tmp_path):
     env = shared_env("ducklake")  # the gate is the same for either shared kind
     proxy = recording_proxy(demo.base)
