@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from harvest_pipeline.http.politeness import SlotTimeout
+from harvest_pipeline.store.pg_session import ProcessSession
 
 
 class PostgresGate:
@@ -27,8 +28,7 @@ class PostgresGate:
     (the later of now and the last reserved start plus the interval), then sleeps until it. Times
     are the database server's clock, so workers' clocks need not agree.
 
-    A process uses one session for all its hosts and threads (a batch run fetches for a hundred
-    sources at once: a connection per thread would use up PostgreSQL's default 100), each statement
+    A process uses one session for all its hosts and threads (store/pg_session.py), each statement
     short, none held across a sleep. Advisory locks are re-entrant within a session, so the slots
     this process holds are also counted here, and a thread never takes one another thread holds.
     """
@@ -39,29 +39,9 @@ class PostgresGate:
     )
 
     def __init__(self, dsn: str):
-        self._dsn = dsn
-        self._lock = threading.Lock()  # the session: one statement at a time
-        self._conn = None
+        self._session = ProcessSession.of(dsn, "harvest-politeness", setup=self._TABLE)
+        self._lock = threading.Lock()  # guards _held
         self._held: set[tuple[int, int]] = set()  # (host lock key, slot) held by this process
-
-    def _execute(self, sql: str, params: tuple) -> tuple | None:
-        """Run one statement on the process's session; its first row (None without one)."""
-        import psycopg  # only workers on a shared catalogue need it
-
-        with self._lock:
-            if self._conn is None or self._conn.closed:
-                conn = psycopg.connect(self._dsn, autocommit=True, application_name="harvest-politeness")
-                try:
-                    conn.execute(self._TABLE)
-                except psycopg.errors.UniqueViolation:
-                    pass  # another worker created it at the same moment
-                self._conn = conn
-            try:
-                cur = self._conn.execute(sql, params)
-                return cur.fetchone() if cur.description is not None else None
-            except psycopg.OperationalError:
-                self._conn.close()  # the session is gone, and the locks it held: the next statement reconnects
-                raise
 
     @staticmethod
     def _lock_key(key: str) -> int:
@@ -76,7 +56,7 @@ class PostgresGate:
             self._held.add((lock, slot))  # claimed before asking, so no other thread asks for it meanwhile
         taken = False
         try:
-            taken = bool(self._execute("SELECT pg_try_advisory_lock(%s, %s)", (lock, slot))[0])
+            taken = bool(self._session.execute("SELECT pg_try_advisory_lock(%s, %s)", (lock, slot))[0])
         finally:
             if not taken:
                 with self._lock:
@@ -99,7 +79,7 @@ class PostgresGate:
     def _release_slot(self, key: str, slot: int) -> None:
         lock = self._lock_key(key)
         try:
-            self._execute("SELECT pg_advisory_unlock(%s, %s)", (lock, slot))
+            self._session.execute("SELECT pg_advisory_unlock(%s, %s)", (lock, slot))
         except Exception:  # noqa: BLE001 - a session that ended released its locks all the same
             pass
         finally:
@@ -109,10 +89,10 @@ class PostgresGate:
     def _reserve_start(self, key: str, interval: float, sleep) -> float:
         """Reserve this request's start (at least `interval` after the last one reserved, on any
         worker) and sleep until it; returns the seconds slept."""
-        self._execute(
+        self._session.execute(
             "INSERT INTO harvest_host_politeness (host_key) VALUES (%s) ON CONFLICT (host_key) DO NOTHING", (key,)
         )
-        wait = float(self._execute(
+        wait = float(self._session.execute(
             "UPDATE harvest_host_politeness"
             " SET last_start = greatest(clock_timestamp(), last_start + make_interval(secs => %s))"
             " WHERE host_key = %s RETURNING extract(epoch FROM last_start - clock_timestamp())",
