@@ -94,6 +94,9 @@ Sections (each only when asked; ``--all`` = all of them), each with its own tabl
     max_concurrent_runs to measure (``shipped`` = dagster.yaml as it is). Wall time and records/s
     against one source's own server time (pages x delay), whole-machine peak memory, the
     ``dagster dev`` tree's and the farm's RSS. Targets: >= 80% of server-bound; <= 8 GB.
+    ``--many-catalogue postgres``: the runs write a shared catalogue in a throwaway PostgreSQL on
+    127.0.0.1 (``--many-pg-max-connections``, 100 as PostgreSQL ships) and its sessions are counted
+    every 0.1 s: the peak, per application_name, and what they were doing at the peak.
 ``--big-page``
     ONE ListRecords page of ``--big-page-mb`` (40) MB from the demo provider, fetched, parsed,
     mapped and turned into Arrow rows in a child process (contender ``page-rows``, no staging):

@@ -118,6 +118,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma list of max_concurrent_runs to measure; 'shipped' = dagster.yaml as it is (default)")
     s.add_argument("--many-timeout", type=float, help="seconds one level may take (default 1800)")
     s.add_argument("--many-port", type=int, default=3391, help="UI port of the `dagster dev` it starts (default 3391)")
+    s.add_argument("--many-catalogue", choices=("duckdb", "postgres"), default="duckdb",
+                   help="the catalogue the runs write: the embedded file (default) or a shared one in a throwaway "
+                        "PostgreSQL cluster on 127.0.0.1, whose connections are counted")
+    s.add_argument("--many-pg-max-connections", type=int, default=100,
+                   help="max_connections of that cluster (default 100, PostgreSQL's own default)")
     o = p.add_argument_group("output and housekeeping")
     o.add_argument("--json", dest="json_path", help="also write every number to this JSON file")
     o.add_argument("--workdir", help="scratch folder (default: a new temp folder, removed at the end)")

@@ -34,6 +34,7 @@ import sys
 import threading
 import time
 import urllib.request
+from contextlib import ExitStack
 from datetime import timedelta
 from pathlib import Path
 
@@ -46,6 +47,7 @@ FIRST_HOST = 2  # 127.0.0.1 stays free for everything else on the machine
 TARGET_RATIO = 0.8
 TARGET_MEMORY_GB = 8.0
 SAMPLE_S = 0.5
+PG_SAMPLE_S = 0.1
 
 
 def _meminfo_used_mb() -> float:
@@ -99,6 +101,50 @@ class _Sampler(threading.Thread):
                 self.peak_farm_mb = max(self.peak_farm_mb, psutil.Process(self.farm_pid).memory_info().rss / (1 << 20))
             except psutil.Error:
                 pass
+
+
+class _PgConnections(threading.Thread):
+    """Counts the catalogue database's PostgreSQL sessions every PG_SAMPLE_S (itself left out):
+    the peak in all and per application_name (the leases' sessions name themselves)."""
+
+    def __init__(self, dsn: str, dbname: str):
+        super().__init__(daemon=True)
+        self.dsn, self.dbname = dsn, dbname
+        self.peak = 0
+        self.peak_by_app: dict[str, int] = {}
+        self.refused = 0  # samples that could not connect (the server full)
+        self.peak_detail: list = []
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        import psycopg
+
+        conn = None
+        while not self.halt.wait(PG_SAMPLE_S):
+            try:
+                if conn is None:
+                    conn = psycopg.connect(self.dsn, autocommit=True, application_name="bench-sampler")
+                rows = conn.execute(
+                    "SELECT coalesce(nullif(application_name, ''), '(unnamed)'), state, left(query, 60), count(*)"
+                    " FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid() GROUP BY 1, 2, 3",
+                    [self.dbname]).fetchall()
+            except psycopg.Error:
+                self.refused += 1
+                conn = None
+                continue
+            total = sum(n for *_, n in rows)
+            if total > self.peak:
+                self.peak = total
+                # What the sessions were doing at the peak: state and last statement.
+                self.peak_detail = sorted(([app, state, query, n] for app, state, query, n in rows),
+                                          key=lambda r: -r[3])[:10]
+            by_app: dict[str, int] = {}
+            for app, _state, _query, n in rows:
+                by_app[app] = by_app.get(app, 0) + n
+            for app, n in by_app.items():
+                self.peak_by_app[app] = max(self.peak_by_app.get(app, 0), n)
+        if conn is not None:
+            conn.close()
 
 
 def _start_farm(n: int, days: int, records_per_day: int, page_size: int, workdir: Path, log):
@@ -169,23 +215,56 @@ def _done(instance, ids: list[str], days: int) -> tuple[int, int, list]:
     return complete, flying, runs
 
 
-def _ledger(db: Path) -> dict:
+def _ledger(db: Path, pg_dsn: str | None = None) -> dict:
     import duckdb
 
+    if pg_dsn is not None:
+        return _ledger_of(_PgQuery(pg_dsn))
     if not db.exists():
         return {"windows": 0, "verified": 0, "records": 0, "pages": {}}
     con = duckdb.connect(str(db), read_only=True)
     try:
-        statuses = dict(con.execute("SELECT status, count(*) FROM harvest_windows GROUP BY 1").fetchall())
-        records = con.execute("SELECT coalesce(sum(received), 0) FROM harvest_windows").fetchone()[0]
-        pages = dict(con.execute("SELECT source_id, coalesce(sum(pages), 0) FROM harvest_windows GROUP BY 1").fetchall())
+        return _ledger_of(con)
     finally:
         con.close()
+
+
+class _PgQuery:
+    """`execute(sql).fetchall()/fetchone()` on the shared catalogue's PostgreSQL tables."""
+
+    def __init__(self, dsn: str):
+        self.dsn = dsn
+
+    def execute(self, sql: str):
+        import psycopg
+
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            rows = conn.execute(sql).fetchall()
+        return _Rows(rows)
+
+
+class _Rows:
+    def __init__(self, rows: list):
+        self.rows = rows
+
+    def fetchall(self) -> list:
+        return self.rows
+
+    def fetchone(self):
+        return self.rows[0] if self.rows else None
+
+
+def _ledger_of(con) -> dict:
+    statuses = dict(con.execute("SELECT status, count(*) FROM harvest_windows GROUP BY 1").fetchall())
+    records = con.execute("SELECT coalesce(sum(received), 0) FROM harvest_windows").fetchone()[0]
+    pages = dict(con.execute("SELECT source_id, coalesce(sum(pages), 0) FROM harvest_windows GROUP BY 1").fetchall())
     return {"windows": sum(statuses.values()), "verified": statuses.get("verified", 0), "statuses": statuses,
             "records": int(records), "pages": {k: int(v) for k, v in pages.items()}}
 
 
-def run_level(args, max_runs: str, urls: list[str], first_day: str, farm, folder: Path, log) -> dict:
+def run_level(args, max_runs: str, urls: list[str], first_day: str, farm, folder: Path, log, pg=None) -> dict:
+    """One catch-up at one max_concurrent_runs; `pg` (bench/pg_cluster.PgServer): into a shared
+    catalogue in a new database of that cluster, its sessions counted."""
     import dagster as dg
 
     n, days, delay_ms = len(urls), args.many_days, args.many_delay_ms
@@ -202,6 +281,13 @@ def run_level(args, max_runs: str, urls: list[str], first_day: str, farm, folder
         "      location_name: harvest_pipeline\n      working_directory: .\n")
     env = child_env({"HARVEST_SOURCES_FILE": folder / "sources.yaml", "HARVEST_DUCKDB_PATH": db,
                      "DAGSTER_HOME": home})
+    pg_dsn = pg_db = None
+    if pg is not None:
+        pg_db = pg.create_database()
+        pg_dsn = pg.dsn(pg_db)
+        env.update({"HARVEST_CATALOGUE": "postgres", "HARVEST_CATALOGUE_PG_DSN": pg_dsn})
+    else:
+        env = {k: v for k, v in env.items() if not k.startswith("HARVEST_CATALOGUE")}
     _set_delay(urls, 0)
     facts = subprocess.run([sys.executable, "-m", "harvest_pipeline.cli", "facts"], cwd=folder, env=env,
                            capture_output=True, text=True, timeout=600)
@@ -223,6 +309,9 @@ def run_level(args, max_runs: str, urls: list[str], first_day: str, farm, folder
             cwd=folder, env=env, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
         sampler = _Sampler(proc.pid, farm.pid, baseline)
         sampler.start()
+        pg_sampler = _PgConnections(pg_dsn, pg_db) if pg_dsn else None
+        if pg_sampler is not None:
+            pg_sampler.start()
         try:
             with open_instance(home) as instance:
                 deadline = t0 + args.many_timeout
@@ -249,10 +338,13 @@ def run_level(args, max_runs: str, urls: list[str], first_day: str, farm, folder
         finally:
             sampler.halt.set()
             sampler.join(5)
+            if pg_sampler is not None:
+                pg_sampler.halt.set()
+                pg_sampler.join(5)
             _stop(proc)
     load1 = os.getloadavg()
     requests = _requests_served(urls)
-    ledger = _ledger(db)
+    ledger = _ledger(db, pg_dsn)
     pages = sorted(ledger["pages"].values())
     one_source_s = (max(pages) if pages else 0) * delay_ms / 1000
     rate = ledger["records"] / wall if wall else 0.0
@@ -277,6 +369,12 @@ def run_level(args, max_runs: str, urls: list[str], first_day: str, farm, folder
         # is missing): what the harvest costs the machine, whatever the load.
         "run_cpu_s": sum(sampler.run_cpu_s.values()),
         "load_before": load0, "load_after": load1,
+        "catalogue": "postgres" if pg is not None else "duckdb",
+        "pg_max_connections": getattr(args, "many_pg_max_connections", None) if pg is not None else None,
+        "pg_sessions_peak": pg_sampler.peak if pg_sampler is not None else None,
+        "pg_sessions_peak_by_app": pg_sampler.peak_by_app if pg_sampler is not None else None,
+        "pg_samples_refused": pg_sampler.refused if pg_sampler is not None else None,
+        "pg_sessions_at_peak": pg_sampler.peak_detail if pg_sampler is not None else None,
     }
 
 
@@ -287,16 +385,23 @@ def run(args, workdir: Path, *, log=print) -> dict:
     out: dict = {"sources": n, "levels": []}
     farm, errf, urls, first_day = _start_farm(n, args.many_days, args.many_records_per_day, args.many_page_size,
                                               workdir, log)
-    try:
+    with ExitStack() as stack:
+        stack.callback(errf.close)
+        stack.callback(_stop, farm)
+        pg = None
+        if getattr(args, "many_catalogue", "duckdb") == "postgres":
+            from harvest_pipeline.bench.pg_cluster import temporary_postgres
+
+            pg = stack.enter_context(temporary_postgres(max_connections=args.many_pg_max_connections))
+            log(f"many: shared catalogue in PostgreSQL on 127.0.0.1:{pg.port}, max_connections {args.many_pg_max_connections}")
         for k, setting in enumerate(levels):
             res = run_level(args, setting, urls, first_day, farm,
-                            workdir / f"level{k}-{setting}", log)
+                            workdir / f"level{k}-{setting}", log, pg=pg)
             out["levels"].append(res)
             log(f"  max_concurrent_runs {res['max_concurrent_runs']}: {res['windows_verified']}/{res['windows_expected']}"
-                f" windows verified in {res['wall_s']:.0f} s, ratio {n1(res['ratio'])}")
-    finally:
-        _stop(farm)
-        errf.close()
+                f" windows verified in {res['wall_s']:.0f} s, ratio {n1(res['ratio'])}"
+                + (f"; PostgreSQL sessions at most {res['pg_sessions_peak']} {res['pg_sessions_peak_by_app']}"
+                   if res["pg_sessions_peak"] is not None else ""))
     _print(out, args)
     out["targets"] = _targets(out)
     return out
@@ -337,6 +442,13 @@ def _print(out: dict, args) -> None:
           " work on the machine moves it too); dagster tree = summed RSS of webserver, daemon, code server and run"
           " processes; run proc MB = largest run process; run CPU s = user + system CPU of the run processes;"
           " farm = the one process serving every demo provider.")
+    for r in lv:
+        if r.get("pg_sessions_peak") is not None:
+            apps = ", ".join(f"{app} {n}" for app, n in sorted(r["pg_sessions_peak_by_app"].items(), key=lambda kv: -kv[1]))
+            print(f"shared catalogue (PostgreSQL, max_connections {r['pg_max_connections']}), max runs"
+                  f" {r['max_concurrent_runs']}: at most {r['pg_sessions_peak']} sessions on its database at once"
+                  f" (sampled every {PG_SAMPLE_S} s; peak per application_name: {apps or 'none'});"
+                  f" {r['pg_samples_refused']} samples could not connect.")
 
 
 def _targets(out: dict) -> list[dict]:

@@ -54,11 +54,13 @@ def _one(kind: str, writers: int, *, windows: int, rows: int, workdir: Path, pg,
     for p in procs:
         out, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
         if p.returncode != 0:
-            errors.append(err.strip().splitlines()[-1] if err.strip() else f"exit {p.returncode}")
+            errors.append((err.strip().splitlines()[-1], err.strip()[-3000:]) if err.strip()
+                          else (f"exit {p.returncode}", ""))
         else:
             outs.append(json.loads(out.strip().splitlines()[-1]))
     if errors:
-        return {"kind": kind, "writers": writers, "error": errors[0], "failed_writers": len(errors)}
+        return {"kind": kind, "writers": writers, "error": errors[0][0], "stderr_tail": errors[0][1],
+                "failed_writers": len(errors)}
     wall = max(o["ended"] for o in outs) - min(o["started"] for o in outs)
     latencies = [x for o in outs for x in o["latencies"]]
     total = sum(o["rows"] for o in outs)
