@@ -14,10 +14,11 @@ from typing import Optional
 import dagster as dg
 from dagster_duckdb import DuckDBResource
 
-from harvest_pipeline.store import default_db_path, ensure_schema
-from harvest_pipeline.store.backend import CatalogueSettings, catalogue_settings, open_shared
+from harvest_pipeline.store import default_db_path
+from harvest_pipeline.store.backend import CatalogueSettings, catalogue_settings
 from harvest_pipeline.store.connection import close_catalogue, connection_config, open_catalogue
 from harvest_pipeline.store.session import process_session
+from harvest_pipeline.store.shared_instance import shared_cursor
 
 _ENV = {"catalogue": "HARVEST_CATALOGUE", "pg_dsn": "HARVEST_CATALOGUE_PG_DSN", "ducklake_data_path": "HARVEST_DUCKLAKE_DATA_PATH"}
 
@@ -49,11 +50,8 @@ class CatalogueResource(DuckDBResource):
             finally:
                 close_catalogue(self.database, con)
             return
-        con = open_shared(settings, self.connection_config)
-        try:
+        with shared_cursor(settings, self.connection_config) as con:  # the process's one attach
             yield con
-        finally:
-            con.close()
 
 
 def catalogue_resource() -> CatalogueResource:
@@ -70,13 +68,12 @@ def catalogue_connector(resource: DuckDBResource):
 
     Embedded file: the process's one catalogue session (store/session.py), which the threads of a
     batch run share one at a time and which stays open while they keep it busy. Shared catalogue:
-    a connection of its own each time (PostgreSQL takes many writers)."""
+    a cursor of the process's one attach, its own transaction (store/shared_instance.py)."""
     if isinstance(resource, CatalogueResource) and resource.settings().shared:
-        @contextmanager
+        settings, config = resource.settings(), resource.connection_config
+
         def connect_shared():
-            with resource.get_connection() as con:
-                ensure_schema(con)
-                yield con
+            return shared_cursor(settings, config)  # the schema ensured when the process attaches
 
         return connect_shared
     return process_session(resource.database).connection

@@ -126,13 +126,23 @@ def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def open_shared(settings: CatalogueSettings, config: dict, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB session with the shared catalogue attached as the default database."""
+def open_shared(settings: CatalogueSettings, config: dict, *, read_only: bool = False,
+                pool: tuple[int, int] | None = None) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB session with the shared catalogue attached as the default database.
+
+    `pool`: (connections, seconds): the PostgreSQL connections the attached database lends its
+    transactions at most, and how long a transaction waits for one (the postgres extension's
+    pool; store/shared_instance.py)."""
     error: duckdb.Error | None = None
     for attempt in range(ATTACH_TRIES):
         con = duckdb.connect(":memory:", config=config)
         try:
             _load(con, "postgres_scanner")
+            if pool is not None:
+                connections, wait_seconds = pool
+                con.execute(f"SET pg_pool_max_connections = {int(connections)}")
+                con.execute("SET pg_pool_acquire_mode = 'wait'")
+                con.execute(f"SET pg_pool_wait_timeout_millis = {int(wait_seconds * 1000)}")
             options = ["READ_ONLY"] if read_only else []
             if settings.kind == DUCKLAKE:
                 _load(con, "ducklake")
@@ -192,12 +202,16 @@ def ddl_for(kind: str, sql: str) -> str:
 # PostgreSQL (repeatable read, as DuckDB's postgres extension runs transactions) refuses an update
 # of a row another transaction changed since; DuckLake refuses at commit a transaction that writes
 # a table another one deleted from since. Both are safe to run again from the start.
+# A process's long-lived attach (store/shared_instance.py) whose cached table definition another
+# worker's migration has changed since: the attach is replaced, and the write runs again on it.
+STALE_DEFINITION_MARKER = "row field count is"
 _CONFLICT_MARKERS = (
     "could not serialize access",
     "deadlock detected",
     "Transaction conflict",
     "duplicate key value violates unique constraint",
     "Failed to commit DuckLake transaction",
+    STALE_DEFINITION_MARKER,
 )
 
 MAX_CONFLICT_RETRIES = 12

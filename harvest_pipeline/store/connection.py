@@ -261,23 +261,23 @@ def connect(path: str | Path | None = None, *, read_only: bool = False, wait_sec
     (:mod:`harvest_pipeline.store.backend`)."""
     from harvest_pipeline.store.schema import ensure_schema
 
-    from harvest_pipeline.store.backend import catalogue_settings, open_shared
+    from harvest_pipeline.store.backend import catalogue_settings
+    from harvest_pipeline.store.shared_instance import shared_cursor
 
     settings = catalogue_settings()
     if settings.shared:
-        # Local folders (staging, spill, host locks) stay beside HARVEST_DUCKDB_PATH.
-        con = open_shared(settings, connection_config(path or default_db_path()), read_only=read_only)
-    else:
-        con = open_catalogue(path or default_db_path(), read_only=read_only, wait_seconds=wait_seconds)
+        # A cursor of the process's one attach (store/shared_instance.py); local folders (staging,
+        # spill, host locks) stay beside HARVEST_DUCKDB_PATH.
+        with shared_cursor(settings, connection_config(path or default_db_path()), read_only=read_only) as con:
+            yield con
+        return
+    con = open_catalogue(path or default_db_path(), read_only=read_only, wait_seconds=wait_seconds)
     try:
         if not read_only:
             ensure_schema(con)
         yield con
     finally:
-        if settings.shared:
-            con.close()
-        else:
-            close_catalogue(path or default_db_path(), con)
+        close_catalogue(path or default_db_path(), con)
 
 
 def open_catalogue(path: str | Path, *, read_only: bool = False, wait_seconds: float = 120.0) -> duckdb.DuckDBPyConnection:

@@ -186,7 +186,7 @@ def process_session(path: str | Path) -> CatalogueSession:
 
 def catalogue_connect(path: str | Path):
     """A `connect()` for the harvest core: the process's session for the embedded file, or a
-    connection of its own each time for a shared catalogue (PostgreSQL takes many writers)."""
+    cursor of the process's one attach of a shared catalogue (store/shared_instance.py)."""
     from harvest_pipeline.store.backend import catalogue_settings
     from harvest_pipeline.store.connection import connect
 
@@ -197,7 +197,10 @@ def catalogue_connect(path: str | Path):
 
 def close_all() -> None:
     """Close every session's connection (the end of a run: the file is free at once)."""
+    from harvest_pipeline.store.shared_instance import close_shared_instances
+
     with _SESSIONS_LOCK:
         sessions = list(_SESSIONS.values())
     for session in sessions:
         session.close()
+    close_shared_instances()  # a shared catalogue's attach and its pooled connections

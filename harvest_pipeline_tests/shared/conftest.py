@@ -30,6 +30,16 @@ def pg_server():
         yield server
 
 
+@pytest.fixture(autouse=True)
+def _close_shared_attaches():
+    """Each test's catalogue is a new database: the process's attaches of the last one (and their
+    pooled connections) end with its test."""
+    yield
+    from harvest_pipeline.store.shared_instance import close_shared_instances
+
+    close_shared_instances()
+
+
 @pytest.fixture
 def shared_env(pg_server, tmp_path, monkeypatch):
     """Point this process at a fresh shared catalogue; returns the variables (for child processes)."""
