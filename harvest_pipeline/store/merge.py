@@ -27,6 +27,17 @@ ACTIONS = ("created", "updated", "unchanged", "deleted", "revived", "restored", 
 # Identifiers listed more than once that a merge names (the duplicates check's message).
 DUPLICATE_EXAMPLES = 5
 
+# A staged row's place in the traversal as one number, page first (a page holds far fewer than
+# PAGE_POSITIONS records: the body cap); among a record's repeats the last received wins.
+PAGE_POSITIONS = 1_000_000
+
+
+def received_position(alias: str = "") -> str:
+    """SQL: the traversal position of a staged row (of table alias `alias`)."""
+    prefix = f"{alias}." if alias else ""
+    return f"{prefix}page_number::BIGINT * {PAGE_POSITIONS} + {prefix}seq"
+
+
 # History actions that wrote the received version into `records` (the others left the row as it was).
 WRITING_ACTIONS = ("created", "updated", "deleted", "revived", "restored")
 _WRITES = "c.action IN (" + ", ".join(f"'{a}'" for a in WRITING_ACTIONS) + ")"  # of a `classified c` row
@@ -123,15 +134,15 @@ def _changed_preview(con) -> tuple[tuple, ...]:
     read for the titles (one statement joining the whole window's staged rows took 80 ms at
     100,000 records)."""
     top = con.execute(
-        f"SELECT identifier, datestamp, action, page_number::BIGINT * 1000000 + seq AS pos FROM classified c"
+        f"SELECT identifier, datestamp, action, {received_position()} AS pos FROM classified c"
         f" WHERE {_WRITES} ORDER BY {PREVIEW_ORDER} LIMIT {PREVIEW_ROWS}"
     ).fetchall()
     if not top:
         return ()
-    pages = sorted({pos // 1000000 for *_, pos in top})
+    pages = sorted({pos // PAGE_POSITIONS for *_, pos in top})
     titles = dict(con.execute(
-        f"SELECT page_number::BIGINT * 1000000 + seq, {_stored_value('title', '')} FROM stg.page_records"
-        f" WHERE page_number IN {sql_list(pages)} AND page_number::BIGINT * 1000000 + seq IN {sql_list([pos for *_, pos in top])}"
+        f"SELECT {received_position()}, {_stored_value('title', '')} FROM stg.page_records"
+        f" WHERE page_number IN {sql_list(pages)} AND {received_position()} IN {sql_list([pos for *_, pos in top])}"
     ).fetchall())
     return tuple((identifier, datestamp, action, titles.get(pos)) for identifier, datestamp, action, pos in top)
 
@@ -167,7 +178,7 @@ def _read_same_versions(con, stored_fp: str, *, check_identifiers: bool) -> bool
     same = f"""
         SELECT s.row_id FROM stored s
         JOIN stg.page_records p ON p.identifier = s.identifier
-        JOIN latest l ON l.identifier = p.identifier AND l.pos = p.page_number::BIGINT * 1000000 + p.seq
+        JOIN latest l ON l.identifier = p.identifier AND l.pos = {received_position('p')}
         WHERE s.datestamp IS NOT DISTINCT FROM p.datestamp OR (s.deleted AND p.deleted)
            {'OR p.datestamp < s.datestamp' if check_identifiers else ''}
     """
@@ -209,7 +220,7 @@ def _compare_fingerprints(con, *, stored_side: str) -> None:
         SELECT p.identifier, {received_fp} AS fp
         FROM stg.page_records p
         JOIN (SELECT l.identifier, l.pos FROM latest l SEMI JOIN {stored_side} v ON v.identifier = l.identifier) l
-          ON l.identifier = p.identifier AND l.pos = p.page_number::BIGINT * 1000000 + p.seq
+          ON l.identifier = p.identifier AND l.pos = {received_position('p')}
         """
     )
     con.execute(
@@ -342,7 +353,7 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE latest AS
-        SELECT identifier, max(page_number::BIGINT * 1000000 + seq) AS pos,
+        SELECT identifier, max({received_position()}) AS pos,
                {identifier_key_sql('identifier')} AS identifier_key, count(*) AS listed
         FROM stg.page_records GROUP BY identifier
         """
@@ -463,7 +474,7 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
         FROM (
             SELECT p.identifier, p.page_number, p.seq, p.datestamp, p.deleted, p.content_hash
             FROM stg.page_records p
-            JOIN latest l ON l.identifier = p.identifier AND l.pos = p.page_number::BIGINT * 1000000 + p.seq
+            JOIN latest l ON l.identifier = p.identifier AND l.pos = {received_position('p')}
         ) i
         LEFT JOIN stored r ON r.identifier = i.identifier
         LEFT JOIN stored_before h ON h.identifier = i.identifier

@@ -22,7 +22,7 @@ from harvest_pipeline.store.clock import utcnow
 from harvest_pipeline.store.columns import identifier_key_sql
 from harvest_pipeline.store.merge import (
     ACTION_WITHOUT_ROW, ACTIONS, INSERTED_COLUMNS, LAST_STORED_VERSION, STORING, DUPLICATE_EXAMPLES,
-    LARGE_WINDOW_ROWS, PREVIEW_COLUMNS, PREVIEW_ORDER, PREVIEW_ROWS, MergeCounts, history_values, inserted_values,
+    LARGE_WINDOW_ROWS, PREVIEW_COLUMNS, received_position, PREVIEW_ORDER, PREVIEW_ROWS, MergeCounts, history_values, inserted_values,
     small_list, sql_list, merge_staging,
 )
 from harvest_pipeline.store.staging import staged_file_lists, staged_files
@@ -102,7 +102,7 @@ def _merge_grouped(con, now: datetime) -> dict[int, MergeCounts]:
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE g_latest AS
-        SELECT w, identifier, max(page_number::BIGINT * 1000000 + seq) AS pos,
+        SELECT w, identifier, max({received_position()}) AS pos,
                {identifier_key_sql('identifier')} AS identifier_key, count(*) AS listed
         FROM {_PAGES} GROUP BY w, identifier
         """
@@ -148,7 +148,7 @@ def _merge_grouped(con, now: datetime) -> dict[int, MergeCounts]:
             SELECT p.w, p.identifier, p.page_number, p.seq, p.datestamp, p.deleted, p.content_hash
             FROM {_PAGES} p
             JOIN g_latest l ON l.w = p.w AND l.identifier = p.identifier
-             AND l.pos = p.page_number::BIGINT * 1000000 + p.seq
+             AND l.pos = {received_position('p')}
         ) i
         LEFT JOIN g_before h ON h.w = i.w AND h.identifier = i.identifier
         """
