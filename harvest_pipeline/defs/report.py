@@ -16,9 +16,10 @@ if TYPE_CHECKING:  # the harvest core is imported when a run needs it, not when 
 LOG_EVERY_SECONDS = 5.0
 # (catalogue, source) pairs known to hold a tombstone: a process may harvest into more than one file.
 _SOURCES_WITH_DELETIONS: set[tuple[str, str]] = set()
-# (catalogue, source, run) found without one: asked once per run. The run holds the source's lock
-# (harvest/source_lock.py), so only its own merges, whose counts say so, can add a tombstone meanwhile.
-_RUNS_WITHOUT_DELETIONS: set[tuple[str, str, str]] = set()
+# (catalogue, source) -> the run that found it without one: asked once per run. The run holds the
+# source's lock (harvest/source_lock.py), so only its own merges, whose counts say so, can add a
+# tombstone meanwhile. One entry per source, however many runs a process serves.
+_RUN_WITHOUT_DELETIONS: dict[tuple[str, str], str] = {}
 CHANGES_SCHEMA = dg.TableSchema(
     columns=[
         dg.TableColumn("identifier", "string"),
@@ -126,13 +127,13 @@ def _catalogue_facts(context, report: WindowReport) -> tuple[dict, dict]:
             # Whether to plot deletions: asked once per run until the source shows a tombstone, then
             # not again (a source without any, a CSW one say, was asked after every window: a scan of
             # its whole `deleted` column).
-            this_run = (*seen, report.run_id)
+            asked_this_run = _RUN_WITHOUT_DELETIONS.get(seen) == report.run_id
             has_deletions = (seen in _SOURCES_WITH_DELETIONS or counts.deleted > 0
-                             or (this_run not in _RUNS_WITHOUT_DELETIONS and source_has_deletions(con, report.source_id)))
+                             or (not asked_this_run and source_has_deletions(con, report.source_id)))
             if has_deletions:
                 _SOURCES_WITH_DELETIONS.add(seen)
             else:
-                _RUNS_WITHOUT_DELETIONS.add(this_run)
+                _RUN_WITHOUT_DELETIONS[seen] = report.run_id
     except Exception as exc:  # noqa: BLE001 - the window is merged and verified already: never fail it here
         # A busy catalogue (another process's merge) must not cost the window its materialization:
         # the ledger says verified, so nothing would ever harvest it again.
