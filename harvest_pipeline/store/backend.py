@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TypeVar
 
@@ -196,6 +197,54 @@ def ddl_for(kind: str, sql: str) -> str:
     if kind != DUCKLAKE:
         return sql
     return _PRIMARY_KEY_COLUMN.sub("", _PRIMARY_KEY_LINE.sub(r"\1", sql))
+
+
+# --- statements PostgreSQL runs itself -----------------------------------------------------------
+# DuckDB's postgres extension reads an attached table by COPYing the rows that pass the filters it
+# can push down, and it pushes `IN (list)` as the list's range: 150 random keys select the whole
+# source. Lookups that must follow the window, not the catalogue, run in PostgreSQL itself, on its
+# indexes (schema migration 7).
+
+
+def pg_literal(value) -> str:
+    """A value as a PostgreSQL literal, for a statement handed to PostgreSQL as text."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(int(value))
+    if isinstance(value, datetime):
+        return f"'{value.isoformat(sep=' ')}'::timestamp"
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def pg_array(values, element_type: str) -> str:
+    """A list of values as a PostgreSQL array literal of `element_type`."""
+    return f"ARRAY[{', '.join(pg_literal(v) for v in values)}]::{element_type}[]"
+
+
+def pg_rows(query: str) -> str:
+    """A FROM item: `query` run by PostgreSQL on the attached catalogue (postgres_query)."""
+    return f"postgres_query({_quote(ATTACHED_AS)}, {_quote(query)})"
+
+
+def query_in_place(con: duckdb.DuckDBPyConnection, sql: str, params: list) -> duckdb.DuckDBPyConnection:
+    """Run a read of the catalogue's own tables where it is cheap: in PostgreSQL itself, on its
+    indexes, for a PostgreSQL catalogue (each `?` of `sql`, our own text, becomes its parameter's
+    literal); as it is elsewhere."""
+    if dialect(con) != POSTGRES:
+        return con.execute(sql, params)
+    pieces = sql.split("?")
+    if len(pieces) != len(params) + 1:
+        raise ValueError("one parameter per ? in the statement")
+    inlined = pieces[0] + "".join(pg_literal(p) + piece for p, piece in zip(params, pieces[1:]))
+    return con.execute(f"SELECT * FROM {pg_rows(inlined)}")
+
+
+def pg_execute_sql(*statements: str) -> str:
+    """DuckDB statements that have PostgreSQL run `statements` as they are (DDL DuckDB cannot express)."""
+    return "".join(f"CALL postgres_execute({_quote(ATTACHED_AS)}, {_quote(s)});\n" for s in statements)
 
 
 # --- conflicts between writers ----------------------------------------------------------------

@@ -18,7 +18,7 @@ import duckdb
 from harvest_pipeline.errors import HarvestError
 from harvest_pipeline.store import merge_memory
 from harvest_pipeline.store.clock import utcnow
-from harvest_pipeline.store.backend import EMBEDDED, dialect
+from harvest_pipeline.store.backend import EMBEDDED, POSTGRES, dialect, pg_array, pg_execute_sql, pg_literal, pg_rows
 from harvest_pipeline.store.columns import DROPPED_BY_TOMBSTONE, VALUE_COLUMNS, identifier_key_sql
 
 # Public names here (actions, SQL pieces, small_list, sql_list) are shared with merge_group.py,
@@ -30,6 +30,11 @@ DUPLICATE_EXAMPLES = 5
 # A staged row's place in the traversal as one number, page first (a page holds far fewer than
 # PAGE_POSITIONS records: the body cap); among a record's repeats the last received wins.
 PAGE_POSITIONS = 1_000_000
+
+
+# What the merge reads of a stored row in PostgreSQL: its version and the values its fingerprint covers.
+_PG_STORED_SELECT = ", ".join(f'"{c}"' for c in dict.fromkeys(
+    ("source_id", "identifier", "datestamp", "deleted", "content_hash", "first_seen_at", *VALUE_COLUMNS)))
 
 
 def received_position(alias: str = "") -> str:
@@ -363,9 +368,14 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     # the wide columns of the matching rows only are read and the cost follows the window, not
     # the catalogue. Rows written without a key (by hand) get theirs first; row-group statistics
     # make that free when there are none.
-    con.execute(
-        f"UPDATE records SET identifier_key = {identifier_key_sql('identifier')} WHERE identifier_key IS NULL"
-    )
+    kind = dialect(con)
+    if kind != POSTGRES or con.execute(
+        f"SELECT * FROM {pg_rows('SELECT EXISTS (SELECT 1 FROM records WHERE identifier_key IS NULL)')}"
+    ).fetchone()[0]:
+        # (PostgreSQL answers from its partial index; DuckDB's UPDATE would copy every row's key.)
+        con.execute(
+            f"UPDATE records SET identifier_key = {identifier_key_sql('identifier')} WHERE identifier_key IS NULL"
+        )
     # The harvest always wins: a row edited by hand since (same version, different columns) is
     # rewritten and classed 'restored'. So the stored side's fingerprint is computed from the
     # stored values themselves (a fingerprint stored with the row would not see a hand edit), for
@@ -373,7 +383,7 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     stored_fp = _fingerprint({c: "r." + c for c in VALUE_COLUMNS})
     # DuckDB's own file has stable row ids within the transaction; a shared catalogue (PostgreSQL,
     # DuckLake) is matched by its key instead, which its own index serves.
-    by_rowid = dialect(con) == EMBEDDED
+    by_rowid = kind == EMBEDDED
     # A small window's keys go into the statement as a list of constants: DuckDB then filters the
     # key column inside its scan (about 10x cheaper than the semi-join a subquery gets, measured
     # on 2,000,000 rows). A large window reads most row groups anyway: a join.
@@ -384,6 +394,14 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
         if by_rowid else
         f"r.source_id = ? AND r.identifier_key IN {window_keys}"
     )
+    stored_rows = "records r"
+    if kind == POSTGRES and keys is not None:
+        # PostgreSQL finds a small window's rows on its index (source_id, identifier_key).
+        stored_rows = pg_rows(
+            f"SELECT {_PG_STORED_SELECT} FROM records"
+            f" WHERE source_id = {pg_literal(source_id)} AND identifier_key = ANY({pg_array(keys, 'bigint')})"
+        ) + " r"
+        found = "r.source_id = ?"
     # The embedded file reads the narrow columns first and the wide ones (for the fingerprint) only
     # for the rows whose stored version may be the received one: a row fetched among millions costs
     # its row group's compressed XML, so a window of new versions spread over the catalogue reads
@@ -413,7 +431,8 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
             CREATE OR REPLACE TEMP TABLE stored AS
             SELECT {'r.rowid' if by_rowid else 'NULL::BIGINT'} AS row_id, r.identifier, r.datestamp, r.deleted
                    {'' if by_rowid else f', r.content_hash, {stored_fp} AS fp'}
-            FROM records r
+                   {', r.first_seen_at AS stored_first_seen_at' if kind == POSTGRES else ''}
+            FROM {stored_rows}
             WHERE {found}
             """,
             [source_id],
@@ -440,11 +459,19 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
         "(SELECT l.identifier FROM latest l ANTI JOIN stored s ON s.identifier = l.identifier)"
         if absent is None else sql_list(absent)
     )
+    history = "record_history h"
+    if kind == POSTGRES and absent:
+        # PostgreSQL reads the history of these identifiers only, on its index (source_id, identifier).
+        history = pg_rows(
+            "SELECT identifier, datestamp, deleted, content_hash, received_at, source_id, action FROM record_history"
+            f" WHERE source_id = {pg_literal(source_id)} AND action IN ({STORING})"
+            f" AND identifier = ANY({pg_array(absent, 'text')})"
+        ) + " h"
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE stored_before AS
         SELECT h.identifier, {LAST_STORED_VERSION}
-        FROM record_history h
+        FROM {history}
         WHERE {'false AND ' if absent == [] else ''}h.source_id = ? AND h.action IN ({STORING})
           AND h.identifier IN {absent_identifiers}
         GROUP BY h.identifier
@@ -459,7 +486,8 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
         f"""
         CREATE OR REPLACE TEMP TABLE classified AS
         SELECT i.identifier, i.page_number, i.seq, i.datestamp, r.identifier IS NOT NULL AS existed, r.row_id,
-            h.first_seen_at,
+            {'coalesce(h.first_seen_at, r.stored_first_seen_at)' if kind == POSTGRES else 'h.first_seen_at'}
+                AS first_seen_at,
             CASE
                 WHEN r.identifier IS NULL THEN {ACTION_WITHOUT_ROW}
                 WHEN i.datestamp < r.datestamp THEN 'stale'            -- never overwrite a newer version
@@ -493,7 +521,7 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     for first_page, last_page in _page_slices(con, page_rows):
         n_inserted, n_updated = _write_slice(
             con, first_page, last_page, source_id=source_id, window_start=window_start, window_end=window_end,
-            run_id=run_id, attempt_id=attempt_id, now=now, by_rowid=by_rowid,
+            run_id=run_id, attempt_id=attempt_id, now=now, by_rowid=by_rowid, replace_rows=kind == POSTGRES,
         )
         inserted, updated = inserted + n_inserted, updated + n_updated
     by_action = dict(con.execute("SELECT action, count(*) FROM classified GROUP BY action").fetchall())
@@ -578,9 +606,17 @@ def history_values(*, source_id: str, window_start: str, window_end: str, run_id
             "CASE WHEN c.action IN ('created', 'updated', 'revived', 'restored') THEN i.metadata_xml END, ?")
 
 
+# Identifiers per DELETE handed to PostgreSQL (the statement's text grows with them).
+_REPLACED_PER_STATEMENT = 5_000
+
+
 def _write_slice(con, first_page, last_page, *, source_id, window_start, window_end, run_id, attempt_id, now,
-                 by_rowid) -> tuple[int, int]:
-    """Insert, update and record the history of the classified rows staged on these pages."""
+                 by_rowid, replace_rows=False) -> tuple[int, int]:
+    """Insert, update and record the history of the classified rows staged on these pages.
+
+    `replace_rows` (PostgreSQL): rows written again are deleted by PostgreSQL on its primary key and
+    inserted again with their first sighting, in the same transaction: DuckDB's UPDATE of an
+    attached PostgreSQL table copies every row of the source to find the window's."""
     pages = (f"i.page_number BETWEEN {int(first_page)} AND {int(last_page)}"
              f" AND c.page_number BETWEEN {int(first_page)} AND {int(last_page)}")
     # A statement with nothing to write still reads its slice's staged rows, every column: a window
@@ -594,31 +630,50 @@ def _write_slice(con, first_page, last_page, *, source_id, window_start, window_
         JOIN classified c ON c.identifier = i.identifier AND c.page_number = i.page_number AND c.seq = i.seq
         WHERE {pages} AND {_WRITES}
     """
-    inserted = con.execute(
-        f"""
-        INSERT INTO records ({INSERTED_COLUMNS})
-        SELECT {inserted_values(source_id="?", run_id="?", window_start="?", window_end="?")}
-        {changed} AND NOT c.existed
-        """,
-        [source_id, now, now, run_id, window_start, window_end],
-    ).fetchone()[0] if to_insert else 0
-    aliased = ", ".join(f"{_stored_value(c, 'i.')} AS {c}" for c in VALUE_COLUMNS)
-    assignments = ", ".join(f"{c} = u.{c}" for c in VALUE_COLUMNS)
-    # Matched by row id (found above, same transaction): no join against the whole table. A
-    # shared catalogue is matched by its key.
-    # By row id, the identifier checked (a row found by key alone may, once in 10^7 sources, be
-    # another identifier's): a row not updated is one whose identifier differed.
-    match = ("records.rowid = u.row_id AND records.identifier = u.identifier" if by_rowid
-             else "records.source_id = ? AND records.identifier = u.identifier")
-    updated = con.execute(
-        f"""
-        UPDATE records SET {assignments},
-            written_at = ?, written_by_run = ?, window_start = ?, window_end = ?
-        FROM (SELECT c.row_id, i.identifier AS identifier, {aliased} {changed} AND c.existed) u
-        WHERE {match}
-        """,
-        [now, run_id, window_start, window_end] + ([] if by_rowid else [source_id]),
-    ).fetchone()[0] if to_update else 0
+    if replace_rows and to_update:
+        replaced = [row[0] for row in con.execute(
+            f"SELECT c.identifier FROM classified c WHERE c.page_number BETWEEN {int(first_page)} AND {int(last_page)}"
+            f" AND c.existed AND {_WRITES}"
+        ).fetchall()]
+        for at in range(0, len(replaced), _REPLACED_PER_STATEMENT):
+            con.execute(pg_execute_sql(
+                f"DELETE FROM records WHERE source_id = {pg_literal(source_id)}"
+                f" AND identifier = ANY({pg_array(replaced[at:at + _REPLACED_PER_STATEMENT], 'text')})"))
+        written = con.execute(
+            f"""
+            INSERT INTO records ({INSERTED_COLUMNS})
+            SELECT {inserted_values(source_id="?", run_id="?", window_start="?", window_end="?")}
+            {changed}
+            """,
+            [source_id, now, now, run_id, window_start, window_end],
+        ).fetchone()[0]
+        inserted, updated = written - len(replaced), len(replaced)
+    else:
+        inserted = con.execute(
+            f"""
+            INSERT INTO records ({INSERTED_COLUMNS})
+            SELECT {inserted_values(source_id="?", run_id="?", window_start="?", window_end="?")}
+            {changed} AND NOT c.existed
+            """,
+            [source_id, now, now, run_id, window_start, window_end],
+        ).fetchone()[0] if to_insert else 0
+        aliased = ", ".join(f"{_stored_value(c, 'i.')} AS {c}" for c in VALUE_COLUMNS)
+        assignments = ", ".join(f"{c} = u.{c}" for c in VALUE_COLUMNS)
+        # Matched by row id (found above, same transaction): no join against the whole table. A
+        # shared catalogue is matched by its key.
+        # By row id, the identifier checked (a row found by key alone may, once in 10^7 sources, be
+        # another identifier's): a row not updated is one whose identifier differed.
+        match = ("records.rowid = u.row_id AND records.identifier = u.identifier" if by_rowid
+                 else "records.source_id = ? AND records.identifier = u.identifier")
+        updated = con.execute(
+            f"""
+            UPDATE records SET {assignments},
+                written_at = ?, written_by_run = ?, window_start = ?, window_end = ?
+            FROM (SELECT c.row_id, i.identifier AS identifier, {aliased} {changed} AND c.existed) u
+            WHERE {match}
+            """,
+            [now, run_id, window_start, window_end] + ([] if by_rowid else [source_id]),
+        ).fetchone()[0] if to_update else 0
     if by_rowid and updated != to_update:
         _key_collision()
     con.execute(

@@ -9,6 +9,7 @@ from typing import Any
 
 import duckdb
 
+from harvest_pipeline.store.backend import query_in_place
 from harvest_pipeline.store.clock import to_naive_utc
 from harvest_pipeline.store.merge import PREVIEW_ORDER, WRITING_ACTIONS
 
@@ -31,9 +32,10 @@ def window_record_counts(con: duckdb.DuckDBPyConnection, source_id: str, start: 
     Describes the window as the catalogue holds it now, so harvesting the window again does not
     change it (unlike a run's own counts of created or deleted records).
     """
-    live, deleted = con.execute(
+    live, deleted = query_in_place(
+        con,
         """
-        SELECT count(*) FILTER (WHERE NOT deleted), count(*) FILTER (WHERE deleted)
+        SELECT count(*) FILTER (WHERE NOT deleted) AS live, count(*) FILTER (WHERE deleted) AS deleted
         FROM records WHERE source_id = ? AND datestamp >= ? AND datestamp < ?
         """,
         [source_id, to_naive_utc(start), to_naive_utc(end)],
@@ -42,8 +44,8 @@ def window_record_counts(con: duckdb.DuckDBPyConnection, source_id: str, start: 
 
 
 def source_has_deletions(con: duckdb.DuckDBPyConnection, source_id: str) -> bool:
-    return bool(con.execute(
-        "SELECT EXISTS (SELECT 1 FROM records WHERE source_id = ? AND deleted)", [source_id]
+    return bool(query_in_place(
+        con, "SELECT EXISTS (SELECT 1 FROM records WHERE source_id = ? AND deleted)", [source_id]
     ).fetchone()[0])
 
 

@@ -13,7 +13,7 @@ import time
 
 import duckdb
 
-from harvest_pipeline.store.backend import EMBEDDED, ddl_for, dialect
+from harvest_pipeline.store.backend import EMBEDDED, POSTGRES, ddl_for, dialect, pg_execute_sql
 from harvest_pipeline.store.clock import utcnow
 from harvest_pipeline.store.columns import (
     add_record_columns_sql, create_records_sql, identifier_key_sql, rebuild_records_without_key_sql,
@@ -209,6 +209,21 @@ MIGRATIONS: list[tuple[int, str | dict[str, str]]] = [
         # index. PostgreSQL keeps its key (concurrent writers; its index lives on disk); DuckLake
         # never had one.
         {EMBEDDED: rebuild_records_without_key_sql(6)},
+    ),
+    (
+        7,
+        # PostgreSQL: indexes for the per-window reads PostgreSQL runs itself (store/merge.py,
+        # store/preview.py, through postgres_query): a window's stored rows by key, rows still
+        # without a key (none, unless written by hand), the history of identifiers without a row,
+        # a window's records by datestamp, a source's tombstones. Before, DuckDB's postgres
+        # extension copied the whole source for them (it pushes an IN list as its range).
+        {POSTGRES: pg_execute_sql(
+            "CREATE INDEX IF NOT EXISTS records_source_key ON records (source_id, identifier_key)",
+            "CREATE INDEX IF NOT EXISTS records_without_key ON records (source_id) WHERE identifier_key IS NULL",
+            "CREATE INDEX IF NOT EXISTS record_history_source_identifier ON record_history (source_id, identifier)",
+            "CREATE INDEX IF NOT EXISTS records_source_datestamp ON records (source_id, datestamp)",
+            "CREATE INDEX IF NOT EXISTS records_tombstones ON records (source_id) WHERE deleted",
+        )},
     ),
 ]
 

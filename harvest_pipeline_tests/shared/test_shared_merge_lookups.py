@@ -1,0 +1,97 @@
+"""A small window's merge into PostgreSQL reads its own rows, on PostgreSQL's indexes (store/merge.py)."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta
+
+import psycopg
+import pytest
+
+from harvest_pipeline.bench.upsert_section import build_big_source, build_staging, merge_into
+from harvest_pipeline.harvest import harvest_window
+from harvest_pipeline.store import connect
+from harvest_pipeline.store.history import record_history
+from harvest_pipeline.store.preview import source_has_deletions, window_record_counts
+from harvest_pipeline.store.shared_instance import close_shared_instances
+from harvest_pipeline_tests.conftest import day_window, demo_source, records_table
+
+pytestmark = pytest.mark.shared
+
+
+def _rows_read_by_scans(dsn: str) -> dict[str, int]:
+    """Rows PostgreSQL's sequential scans read per table, once this process's sessions have ended
+    (a session's counts reach the statistics when it ends)."""
+    close_shared_instances()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        deadline = time.monotonic() + 10
+        while conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                           " AND pid <> pg_backend_pid()").fetchone()[0] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        return dict(conn.execute("SELECT relname, coalesce(seq_tup_read, 0) FROM pg_stat_user_tables"
+                                 " WHERE relname IN ('records', 'record_history')").fetchall())
+
+
+def test_a_small_window_reads_its_own_rows_not_its_source(shared_env, tmp_path):
+    env = shared_env("postgres")
+    dsn = env["HARVEST_CATALOGUE_PG_DSN"]
+    db = tmp_path / "harvest.duckdb"
+    stored = 20_000
+    build_big_source(db, stored)  # one source of 20,000 records
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO record_history (source_id, identifier, datestamp, deleted, content_hash, action,"
+                     " received_at) SELECT source_id, identifier, datestamp, deleted, content_hash, 'created',"
+                     " written_at FROM records")  # and its history
+        conn.execute("ANALYZE records")
+        conn.execute("ANALYZE record_history")
+    before = _rows_read_by_scans(dsn)
+    # 150 new records (their keys and their history looked up), then 150 new versions.
+    _, created, _ = merge_into(db, build_staging(tmp_path / "new.stage", 5_000_000, 5_000_150, version=0), window=1)
+    _, updated, _ = merge_into(db, build_staging(tmp_path / "again.stage", 0, 150, version=1), window=2)
+    after = _rows_read_by_scans(dsn)
+    assert (created.created, updated.updated) == (150, 150)
+    read = {table: after.get(table, 0) - before.get(table, 0) for table in ("records", "record_history")}
+    # Before the lookups ran in PostgreSQL each merge copied every row's key (an UPDATE of rows
+    # without one) and the source's rows in its keys' range: 40,000 rows and more.
+    assert read["records"] < stored // 10, read
+    assert read["record_history"] < stored // 10, read
+    # What the window's materialization reads afterwards: its records' counts, and whether the
+    # source has any tombstone (it has none: the answer cannot stop at a first one).
+    with connect(db) as con:
+        day = datetime(2020, 1, 2)  # the 150 new versions' day
+        counts = window_record_counts(con, "bench", day, day + timedelta(days=1))
+        has_tombstones = source_has_deletions(con, "bench")
+    read_after = _rows_read_by_scans(dsn)
+    assert counts == {"live": 150, "deleted": 0} and not has_tombstones
+    assert read_after["records"] - after["records"] < stored // 10
+
+
+def test_a_row_deleted_by_hand_comes_back_from_its_history_as_in_the_embedded_file(demo, tmp_path, monkeypatch, shared_env):
+    """Its history (read in PostgreSQL by identifier) says it was stored: the harvest restores it,
+    keeping its first sighting, exactly as in the embedded file."""
+
+    def story(db_path) -> dict:
+        source = demo_source(demo)
+        harvest_window(source, day_window(3), db_path=db_path)
+        with connect(db_path) as con:
+            identifier, first_seen = con.execute(
+                "SELECT identifier, first_seen_at FROM records ORDER BY identifier LIMIT 1").fetchone()
+            con.execute("DELETE FROM records WHERE identifier = ?", [identifier])
+        status = harvest_window(source, day_window(3), db_path=db_path).status
+        with connect(db_path) as con:
+            return {
+                "status": status,
+                "first_seen_kept": con.execute("SELECT first_seen_at FROM records WHERE identifier = ?",
+                                               [identifier]).fetchone()[0] == first_seen,
+                "actions": [h["action"] for h in record_history(con, "demo", identifier)],
+                "records": records_table(db_path),
+            }
+
+    monkeypatch.delenv("HARVEST_CATALOGUE", raising=False)
+    embedded = story(tmp_path / "embedded" / "harvest.duckdb")
+    shared_env("postgres")
+    shared = story(tmp_path / "worker" / "harvest.duckdb")
+    assert embedded["status"] == "verified" and embedded["first_seen_kept"]
+    assert "restored" in embedded["actions"]
+    assert shared == embedded
