@@ -18,6 +18,7 @@ downloaded), which exist for one duckdb version: that is why duckdb is pinned.
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import random
 import re
@@ -214,6 +215,8 @@ def pg_literal(value) -> str:
         return "true" if value else "false"
     if isinstance(value, int):
         return str(int(value))
+    if isinstance(value, float) and math.isfinite(value):
+        return repr(value)
     if isinstance(value, datetime):
         return f"'{value.isoformat(sep=' ')}'::timestamp"
     return "'" + str(value).replace("'", "''") + "'"
@@ -235,11 +238,38 @@ def query_in_place(con: duckdb.DuckDBPyConnection, sql: str, params: list) -> du
     literal); as it is elsewhere."""
     if dialect(con) != POSTGRES:
         return con.execute(sql, params)
+    return con.execute(f"SELECT * FROM {pg_rows(_inlined(sql, params))}")
+
+
+def upsert_in_place(con: duckdb.DuckDBPyConnection, sql: str, params: list) -> None:
+    """Run a `MERGE INTO` on one key where it is cheap: in PostgreSQL itself (15 or later, which has
+    MERGE), on the table's primary key, inside the transaction; as it is elsewhere. DuckDB's MERGE
+    into an attached PostgreSQL table copies the table's whole key columns to join them."""
+    if dialect(con) != POSTGRES or not _has_merge(con):
+        con.execute(sql, params)
+        return
+    con.execute(pg_execute_sql(_inlined(sql, params)))
+
+
+def _inlined(sql: str, params: list) -> str:
+    """`sql` (our own text) with each `?` replaced by its parameter's PostgreSQL literal."""
     pieces = sql.split("?")
     if len(pieces) != len(params) + 1:
         raise ValueError("one parameter per ? in the statement")
-    inlined = pieces[0] + "".join(pg_literal(p) + piece for p, piece in zip(params, pieces[1:]))
-    return con.execute(f"SELECT * FROM {pg_rows(inlined)}")
+    return pieces[0] + "".join(pg_literal(p) + piece for p, piece in zip(params, pieces[1:]))
+
+
+_MERGE_BY_SERVER: dict[str, bool] = {}  # the attached PostgreSQL (its connection string) -> has MERGE
+
+
+def _has_merge(con: duckdb.DuckDBPyConnection) -> bool:
+    (where,) = con.execute("SELECT path FROM duckdb_databases() WHERE database_name = ?", [ATTACHED_AS]).fetchone()
+    known = _MERGE_BY_SERVER.get(where)
+    if known is None:
+        version_sql = pg_rows("SELECT current_setting('server_version_num')::int AS version")
+        (version,) = con.execute(f"SELECT * FROM {version_sql}").fetchone()
+        known = _MERGE_BY_SERVER[where] = int(version) >= 150000
+    return known
 
 
 def pg_execute_sql(*statements: str) -> str:

@@ -1,7 +1,8 @@
 """The window ledger (`harvest_windows`) and per-source state (`source_state`, the watermark).
 
 Upserts are MERGE INTO on the key, not INSERT .. ON CONFLICT: the same statement then runs on the
-embedded file, on PostgreSQL and on DuckLake (which has no keys to conflict on).
+embedded file, on PostgreSQL and on DuckLake (which has no keys to conflict on). A window's first
+one runs in PostgreSQL itself there (`upsert_in_place`): the ledger grows by a row per window.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 import duckdb
 
 from harvest_pipeline.http.redaction import redact_text
+from harvest_pipeline.store.backend import upsert_in_place
 from harvest_pipeline.store.clock import to_naive_utc, utcnow
 
 # Window statuses. Only VERIFIED and UNPROVEN let the watermark pass.
@@ -69,7 +71,8 @@ def begin_window(
     from_param: str,
     until_param: str,
 ) -> None:
-    con.execute(
+    upsert_in_place(
+        con,
         """
         MERGE INTO harvest_windows USING (
             SELECT ?::VARCHAR AS source_id, ?::TIMESTAMP AS window_start, ?::TIMESTAMP AS window_end,

@@ -16,6 +16,7 @@ from typing import Any
 import duckdb
 
 from harvest_pipeline.http.redaction import redact_text
+from harvest_pipeline.store.backend import upsert_in_place
 from harvest_pipeline.store.clock import to_naive_utc, utcnow
 
 # Outcome columns a leaf sub-window contributes to its window's row (summed).
@@ -49,7 +50,8 @@ class PartLedger:
         self.depth = depth
 
     def begin_window(self, con, *, source_id: str, partition_key: str, run_id: str, from_param, until_param, **_) -> None:
-        con.execute(
+        upsert_in_place(
+            con,
             """
             MERGE INTO harvest_window_parts USING (
                 SELECT ?::VARCHAR AS source_id, ?::TIMESTAMP AS window_start, ?::TIMESTAMP AS part_start,

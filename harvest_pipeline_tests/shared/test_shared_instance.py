@@ -97,16 +97,16 @@ def test_a_table_another_worker_altered_since_the_attach_is_written_after_one_re
     with connect(db) as con:
         ledger.set_watermark(con, "before", datetime(2026, 1, 1))  # attached, definitions cached
     with psycopg.connect(env["HARVEST_CATALOGUE_PG_DSN"], autocommit=True) as conn:
-        conn.execute("ALTER TABLE harvest_windows ADD COLUMN added_by_a_later_version INTEGER")
+        conn.execute("ALTER TABLE source_state ADD COLUMN added_by_a_later_version INTEGER")
     before = CONFLICTS.conflicts
 
-    def begin(con):
-        ledger.begin_window(con, source_id="s", window_start=datetime(2026, 1, 1), window_end=datetime(2026, 1, 2),
-                            partition_key="2026-01-01", run_id="r", from_param=None, until_param=None)
+    def identify(con):  # a MERGE that DuckDB writes itself (COPY into the cached definition)
+        ledger.record_identify(con, "s", granularity="YYYY-MM-DD", earliest_datestamp="2020-01-01",
+                               deleted_record="persistent")
 
-    run_write(lambda: connect(db), begin, what="test", sleep=lambda s: None)
+    run_write(lambda: connect(db), identify, what="test", sleep=lambda s: None)
     with connect(db) as con:
-        assert con.execute("SELECT status FROM harvest_windows WHERE source_id = 's'").fetchall() == [("running",)]
+        assert con.execute("SELECT granularity FROM source_state WHERE source_id = 's'").fetchall() == [("YYYY-MM-DD",)]
     assert CONFLICTS.conflicts - before == 1  # the first try met the cached definition
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from harvest_pipeline.bench.upsert_section import build_big_source, build_staging, merge_into
 from harvest_pipeline.harvest import harvest_window
-from harvest_pipeline.store import connect
+from harvest_pipeline.store import connect, ledger
 from harvest_pipeline.store.history import record_history
 from harvest_pipeline.store.preview import source_has_deletions, window_record_counts
 from harvest_pipeline.store.shared_instance import close_shared_instances
@@ -19,7 +19,7 @@ from harvest_pipeline_tests.conftest import day_window, demo_source, records_tab
 pytestmark = pytest.mark.shared
 
 
-def _rows_read_by_scans(dsn: str) -> dict[str, int]:
+def _rows_read_by_scans(dsn: str, *tables: str) -> dict[str, int]:
     """Rows PostgreSQL's sequential scans read per table, once this process's sessions have ended
     (a session's counts reach the statistics when it ends)."""
     close_shared_instances()
@@ -30,7 +30,7 @@ def _rows_read_by_scans(dsn: str) -> dict[str, int]:
             time.sleep(0.05)
         conn.execute("SELECT pg_stat_clear_snapshot()")
         return dict(conn.execute("SELECT relname, coalesce(seq_tup_read, 0) FROM pg_stat_user_tables"
-                                 " WHERE relname IN ('records', 'record_history')").fetchall())
+                                 " WHERE relname = ANY(%s)", [list(tables or ("records", "record_history"))]).fetchall())
 
 
 def test_a_small_window_reads_its_own_rows_not_its_source(shared_env, tmp_path):
@@ -95,3 +95,28 @@ def test_a_row_deleted_by_hand_comes_back_from_its_history_as_in_the_embedded_fi
     assert embedded["status"] == "verified" and embedded["first_seen_kept"]
     assert "restored" in embedded["actions"]
     assert shared == embedded
+
+
+def test_a_window_begins_on_the_ledgers_key_not_by_reading_the_ledger(shared_env, tmp_path):
+    """The ledger grows by a row per window; a window's first write runs in PostgreSQL on its key."""
+    env = shared_env("postgres")
+    dsn = env["HARVEST_CATALOGUE_PG_DSN"]
+    db = tmp_path / "harvest.duckdb"
+    with connect(db):
+        pass  # the schema
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO harvest_windows (source_id, window_start, window_end, partition_key, status, attempts)"
+                     " SELECT 's', d, d + interval '1 day', to_char(d, 'YYYY-MM-DD'), 'verified', 1"
+                     " FROM generate_series(timestamp '2000-01-01', timestamp '2019-12-31', interval '1 day') d")
+        conn.execute("ANALYZE harvest_windows")
+    before = _rows_read_by_scans(dsn, "harvest_windows")
+    start = datetime(2020, 1, 1)
+    for run in ("r1", "r2"):  # begun, then begun again (its second attempt)
+        with connect(db) as con:
+            ledger.begin_window(con, source_id="s", window_start=start, window_end=start + timedelta(days=1),
+                                partition_key="2020-01-01", run_id=run, from_param="2020-01-01", until_param="2020-01-01")
+    read = _rows_read_by_scans(dsn, "harvest_windows")["harvest_windows"] - before["harvest_windows"]
+    with connect(db) as con:
+        row = ledger.get_window(con, "s", start)
+    assert (row.status, row.attempts, row.run_id) == ("running", 2, "r2")
+    assert read < 700, read  # the ledger holds 7,305 windows
