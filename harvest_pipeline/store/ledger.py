@@ -1,8 +1,9 @@
 """The window ledger (`harvest_windows`) and per-source state (`source_state`, the watermark).
 
 Upserts are MERGE INTO on the key, not INSERT .. ON CONFLICT: the same statement then runs on the
-embedded file, on PostgreSQL and on DuckLake (which has no keys to conflict on). A window's first
-one runs in PostgreSQL itself there (`upsert_in_place`): the ledger grows by a row per window.
+embedded file, on PostgreSQL and on DuckLake (which has no keys to conflict on). The ones a window
+or a sensor tick makes run in PostgreSQL itself there (`upsert_in_place`): DuckDB's MERGE would
+copy the table's key columns, and the ledger grows by a row per window.
 """
 
 from __future__ import annotations
@@ -179,7 +180,8 @@ def get_watermark(con: duckdb.DuckDBPyConnection, source_id: str) -> datetime | 
 
 
 def set_watermark(con: duckdb.DuckDBPyConnection, source_id: str, watermark: datetime) -> None:
-    con.execute(
+    upsert_in_place(
+        con,
         """
         MERGE INTO source_state USING (
             SELECT ?::VARCHAR AS source_id, ?::TIMESTAMP AS watermark, ?::TIMESTAMP AS updated_at
@@ -193,7 +195,8 @@ def set_watermark(con: duckdb.DuckDBPyConnection, source_id: str, watermark: dat
 
 
 def record_identify(con: duckdb.DuckDBPyConnection, source_id: str, *, granularity: str, earliest_datestamp: str, deleted_record: str) -> None:
-    con.execute(
+    upsert_in_place(
+        con,
         """
         MERGE INTO source_state USING (
             SELECT ?::VARCHAR AS source_id, ?::VARCHAR AS granularity, ?::VARCHAR AS earliest_datestamp,

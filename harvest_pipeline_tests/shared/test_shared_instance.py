@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from datetime import datetime
+from types import SimpleNamespace
 
 import psycopg
 import pytest
@@ -97,16 +98,16 @@ def test_a_table_another_worker_altered_since_the_attach_is_written_after_one_re
     with connect(db) as con:
         ledger.set_watermark(con, "before", datetime(2026, 1, 1))  # attached, definitions cached
     with psycopg.connect(env["HARVEST_CATALOGUE_PG_DSN"], autocommit=True) as conn:
-        conn.execute("ALTER TABLE source_state ADD COLUMN added_by_a_later_version INTEGER")
+        conn.execute("ALTER TABLE harvest_windows ADD COLUMN added_by_a_later_version INTEGER")
     before = CONFLICTS.conflicts
+    window = SimpleNamespace(start=datetime(2026, 1, 1), end=datetime(2026, 1, 2), key="2026-01-01")
 
-    def identify(con):  # a MERGE that DuckDB writes itself (COPY into the cached definition)
-        ledger.record_identify(con, "s", granularity="YYYY-MM-DD", earliest_datestamp="2020-01-01",
-                               deleted_record="persistent")
+    def fail(con):  # a MERGE DuckDB writes itself (its COPY has the cached definition's columns)
+        ledger.fail_window(con, source_id="s", window=window, error="the server said no")
 
-    run_write(lambda: connect(db), identify, what="test", sleep=lambda s: None)
+    run_write(lambda: connect(db), fail, what="test", sleep=lambda s: None)
     with connect(db) as con:
-        assert con.execute("SELECT granularity FROM source_state WHERE source_id = 's'").fetchall() == [("YYYY-MM-DD",)]
+        assert ledger.get_window(con, "s", window.start).status == "failed"
     assert CONFLICTS.conflicts - before == 1  # the first try met the cached definition
 
 
