@@ -219,7 +219,10 @@ def pg_literal(value) -> str:
         return repr(value)
     if isinstance(value, datetime):
         return f"'{value.isoformat(sep=' ')}'::timestamp"
-    return "'" + str(value).replace("'", "''") + "'"
+    text = str(value).replace("'", "''")
+    if "\\" in text:  # an escape string reads the same whatever standard_conforming_strings says
+        return "E'" + text.replace("\\", "\\\\") + "'"
+    return "'" + text + "'"
 
 
 def pg_array(values, element_type: str) -> str:

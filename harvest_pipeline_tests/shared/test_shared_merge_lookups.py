@@ -11,6 +11,7 @@ import pytest
 from harvest_pipeline.bench.upsert_section import build_big_source, build_staging, merge_into
 from harvest_pipeline.harvest import harvest_window
 from harvest_pipeline.store import connect, ledger
+from harvest_pipeline.store.backend import query_in_place
 from harvest_pipeline.store.history import record_history
 from harvest_pipeline.store.preview import source_has_deletions, window_record_counts
 from harvest_pipeline.store.shared_instance import close_shared_instances
@@ -120,3 +121,18 @@ def test_a_window_begins_on_the_ledgers_key_not_by_reading_the_ledger(shared_env
         row = ledger.get_window(con, "s", start)
     assert (row.status, row.attempts, row.run_id) == ("running", 2, "r2")
     assert read < 700, read  # the ledger holds 7,305 windows
+
+
+@pytest.mark.parametrize("conforming", ["on", "off"])
+def test_values_handed_to_postgresql_as_text_come_back_as_they_were(shared_env, tmp_path, conforming):
+    """Identifiers are the servers' strings: quotes, backslashes and non-ASCII survive the literals
+    the lookups write, whatever the server's standard_conforming_strings."""
+    shared_env("postgres")
+    values = ["oai:x:it's", "oai:x:back\\slash\\'quote", "oai:x:ünïcødé", "plain", 42, 1.5,
+              datetime(2026, 1, 2, 3, 4, 5, 678000), None]
+    with connect(tmp_path / "harvest.duckdb") as con:
+        con.execute("BEGIN TRANSACTION")
+        con.execute(f"CALL postgres_execute('catalogue', 'SET LOCAL standard_conforming_strings = {conforming}')")
+        for value in values:
+            assert query_in_place(con, "SELECT ? AS v", [value]).fetchone()[0] == value
+        con.execute("COMMIT")
