@@ -136,3 +136,22 @@ def test_values_handed_to_postgresql_as_text_come_back_as_they_were(shared_env, 
         for value in values:
             assert query_in_place(con, "SELECT ? AS v", [value]).fetchone()[0] == value
         con.execute("COMMIT")
+
+
+def test_a_postgresql_without_merge_gets_the_same_ledger_through_duckdb(shared_env, tmp_path, monkeypatch):
+    """PostgreSQL before 15 has no MERGE: the upserts then run as DuckDB's, with the same rows."""
+    from harvest_pipeline.store import backend
+
+    shared_env("postgres")
+    monkeypatch.setattr(backend, "_has_merge", lambda con: False)
+    db = tmp_path / "harvest.duckdb"
+    start = datetime(2020, 1, 1)
+    for run in ("r1", "r2"):
+        with connect(db) as con:
+            ledger.begin_window(con, source_id="s", window_start=start, window_end=start + timedelta(days=1),
+                                partition_key="2020-01-01", run_id=run, from_param=None, until_param=None)
+            ledger.set_watermark(con, "s", start + timedelta(days=1))
+    with connect(db) as con:
+        row = ledger.get_window(con, "s", start)
+        assert (row.status, row.attempts, row.run_id) == ("running", 2, "r2")
+        assert ledger.get_watermark(con, "s") == start + timedelta(days=1)
