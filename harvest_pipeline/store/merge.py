@@ -160,10 +160,22 @@ READ_IDENTIFIERS_ENV = "HARVEST_MERGE_READ_IDENTIFIERS"
 SMALL_LOOKUP = 2_000
 
 
-def small_list(con, query: str) -> list | None:
-    """The query's single column, or None when it has more than SMALL_LOOKUP rows."""
-    rows = con.execute(f"{query} LIMIT {SMALL_LOOKUP + 1}").fetchall()
-    return None if len(rows) > SMALL_LOOKUP else [r[0] for r in rows]
+def small_list(con, query: str, limit: int = SMALL_LOOKUP) -> list | None:
+    """The query's single column, or None when it has more than `limit` rows."""
+    rows = con.execute(f"{query} LIMIT {limit + 1}").fetchall()
+    return None if len(rows) > limit else [r[0] for r in rows]
+
+
+# A PostgreSQL catalogue finds the rows of a window of up to PG_LOOKUP records in PostgreSQL itself,
+# PG_CHUNK values per query (the query's text grows with them); a larger window is joined by DuckDB.
+PG_LOOKUP = 100_000
+PG_CHUNK = 5_000
+
+
+def _pg_rows_for(values: list, query_for) -> str:
+    """A FROM item: the rows PostgreSQL returns for `query_for(chunk)`, chunk after chunk of `values`."""
+    chunks = [values[at:at + PG_CHUNK] for at in range(0, len(values), PG_CHUNK)] or [[]]
+    return "(" + " UNION ALL ".join(f"SELECT * FROM {pg_rows(query_for(chunk))}" for chunk in chunks) + ")"
 
 
 def sql_list(values: list) -> str:
@@ -395,12 +407,14 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
         f"r.source_id = ? AND r.identifier_key IN {window_keys}"
     )
     stored_rows = "records r"
-    if kind == POSTGRES and keys is not None:
-        # PostgreSQL finds a small window's rows on its index (source_id, identifier_key).
-        stored_rows = pg_rows(
+    pg_keys = keys if kind == POSTGRES and keys is not None else (
+        small_list(con, "SELECT DISTINCT identifier_key FROM latest", PG_LOOKUP) if kind == POSTGRES else None)
+    if pg_keys is not None:
+        # PostgreSQL finds the window's rows on its index (source_id, identifier_key).
+        stored_rows = _pg_rows_for(pg_keys, lambda chunk: (
             f"SELECT {_PG_STORED_SELECT} FROM records"
-            f" WHERE source_id = {pg_literal(source_id)} AND identifier_key = ANY({pg_array(keys, 'bigint')})"
-        ) + " r"
+            f" WHERE source_id = {pg_literal(source_id)} AND identifier_key = ANY({pg_array(chunk, 'bigint')})"
+        )) + " r"
         found = "r.source_id = ?"
     # The embedded file reads the narrow columns first and the wide ones (for the fingerprint) only
     # for the rows whose stored version may be the received one: a row fetched among millions costs
@@ -460,13 +474,16 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
         if absent is None else sql_list(absent)
     )
     history = "record_history h"
-    if kind == POSTGRES and absent:
+    pg_absent = absent if kind == POSTGRES and absent is not None else (
+        small_list(con, "SELECT l.identifier FROM latest l ANTI JOIN stored s ON s.identifier = l.identifier",
+                   PG_LOOKUP) if kind == POSTGRES else None)
+    if pg_absent:
         # PostgreSQL reads the history of these identifiers only, on its index (source_id, identifier).
-        history = pg_rows(
+        history = _pg_rows_for(pg_absent, lambda chunk: (
             "SELECT identifier, datestamp, deleted, content_hash, received_at, source_id, action FROM record_history"
             f" WHERE source_id = {pg_literal(source_id)} AND action IN ({STORING})"
-            f" AND identifier = ANY({pg_array(absent, 'text')})"
-        ) + " h"
+            f" AND identifier = ANY({pg_array(chunk, 'text')})"
+        )) + " h"
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE stored_before AS

@@ -34,12 +34,15 @@ def _rows_read_by_scans(dsn: str, *tables: str) -> dict[str, int]:
                                  " WHERE relname = ANY(%s)", [list(tables or ("records", "record_history"))]).fetchall())
 
 
-def test_a_small_window_reads_its_own_rows_not_its_source(shared_env, tmp_path):
+def test_a_window_reads_its_own_rows_not_its_source(shared_env, tmp_path, monkeypatch):
+    from harvest_pipeline.store import merge
+
+    monkeypatch.setattr(merge, "PG_CHUNK", 1_000)  # the large window's keys in three queries
     env = shared_env("postgres")
     dsn = env["HARVEST_CATALOGUE_PG_DSN"]
     db = tmp_path / "harvest.duckdb"
-    stored = 20_000
-    build_big_source(db, stored)  # one source of 20,000 records
+    stored = 60_000
+    build_big_source(db, stored)  # one source of 60,000 records
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("INSERT INTO record_history (source_id, identifier, datestamp, deleted, content_hash, action,"
                      " received_at) SELECT source_id, identifier, datestamp, deleted, content_hash, 'created',"
@@ -50,11 +53,13 @@ def test_a_small_window_reads_its_own_rows_not_its_source(shared_env, tmp_path):
     # 150 new records (their keys and their history looked up), then 150 new versions.
     _, created, _ = merge_into(db, build_staging(tmp_path / "new.stage", 5_000_000, 5_000_150, version=0), window=1)
     _, updated, _ = merge_into(db, build_staging(tmp_path / "again.stage", 0, 150, version=1), window=2)
+    # A window above the small lookup's 2,000 keys: PostgreSQL still looks them up, in chunks.
+    _, large, _ = merge_into(db, build_staging(tmp_path / "large.stage", 10_000, 12_500, version=2), window=3)
     after = _rows_read_by_scans(dsn)
-    assert (created.created, updated.updated) == (150, 150)
+    assert (created.created, updated.updated, large.updated) == (150, 150, 2_500)
     read = {table: after.get(table, 0) - before.get(table, 0) for table in ("records", "record_history")}
     # Before the lookups ran in PostgreSQL each merge copied every row's key (an UPDATE of rows
-    # without one) and the source's rows in its keys' range: 40,000 rows and more.
+    # without one) and the source's rows in its keys' range: 180,000 rows and more.
     assert read["records"] < stored // 10, read
     assert read["record_history"] < stored // 10, read
     # What the window's materialization reads afterwards: its records' counts, and whether the
