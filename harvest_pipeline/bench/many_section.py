@@ -216,10 +216,15 @@ def _done(instance, ids: list[str], days: int) -> tuple[int, int, list]:
 
 
 def _ledger(db: Path, pg_dsn: str | None = None) -> dict:
+    """The ledger's counts, from the embedded file or (`pg_dsn`) the shared catalogue's tables; a
+    psycopg connection answers `execute(sql).fetchall()` as DuckDB's does."""
     import duckdb
 
     if pg_dsn is not None:
-        return _ledger_of(_PgQuery(pg_dsn))
+        import psycopg
+
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            return _ledger_of(conn)
     if not db.exists():
         return {"windows": 0, "verified": 0, "records": 0, "pages": {}}
     con = duckdb.connect(str(db), read_only=True)
@@ -227,31 +232,6 @@ def _ledger(db: Path, pg_dsn: str | None = None) -> dict:
         return _ledger_of(con)
     finally:
         con.close()
-
-
-class _PgQuery:
-    """`execute(sql).fetchall()/fetchone()` on the shared catalogue's PostgreSQL tables."""
-
-    def __init__(self, dsn: str):
-        self.dsn = dsn
-
-    def execute(self, sql: str):
-        import psycopg
-
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
-            rows = conn.execute(sql).fetchall()
-        return _Rows(rows)
-
-
-class _Rows:
-    def __init__(self, rows: list):
-        self.rows = rows
-
-    def fetchall(self) -> list:
-        return self.rows
-
-    def fetchone(self):
-        return self.rows[0] if self.rows else None
 
 
 def _ledger_of(con) -> dict:
