@@ -18,7 +18,9 @@ import duckdb
 from harvest_pipeline.errors import HarvestError
 from harvest_pipeline.store import merge_memory
 from harvest_pipeline.store.clock import utcnow
-from harvest_pipeline.store.backend import EMBEDDED, POSTGRES, dialect, pg_array, pg_execute_sql, pg_literal, pg_rows
+from harvest_pipeline.store.backend import (
+    EMBEDDED, POSTGRES, dialect, pg_array, pg_execute_sql, pg_literal, pg_rows, query_in_place,
+)
 from harvest_pipeline.store.columns import DROPPED_BY_TOMBSTONE, VALUE_COLUMNS, identifier_key_sql
 
 # Public names here (actions, SQL pieces, small_list, sql_list) are shared with merge_group.py,
@@ -30,11 +32,6 @@ DUPLICATE_EXAMPLES = 5
 # A staged row's place in the traversal as one number, page first (a page holds far fewer than
 # PAGE_POSITIONS records: the body cap); among a record's repeats the last received wins.
 PAGE_POSITIONS = 1_000_000
-
-
-# What the merge reads of a stored row in PostgreSQL: its version and the values its fingerprint covers.
-_PG_STORED_SELECT = ", ".join(f'"{c}"' for c in dict.fromkeys(
-    ("source_id", "identifier", "datestamp", "deleted", "content_hash", "first_seen_at", *VALUE_COLUMNS)))
 
 
 def received_position(alias: str = "") -> str:
@@ -170,6 +167,9 @@ def small_list(con, query: str, limit: int = SMALL_LOOKUP) -> list | None:
 # PG_CHUNK values per query (the query's text grows with them); a larger window is joined by DuckDB.
 PG_LOOKUP = 100_000
 PG_CHUNK = 5_000
+# What the merge reads of a stored row in PostgreSQL: its version and the values its fingerprint covers.
+_PG_STORED_SELECT = ", ".join(f'"{c}"' for c in dict.fromkeys(
+    ("source_id", "identifier", "datestamp", "deleted", "content_hash", "first_seen_at", *VALUE_COLUMNS)))
 
 
 def _pg_rows_for(values: list, query_for) -> str:
@@ -381,8 +381,8 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     # the catalogue. Rows written without a key (by hand) get theirs first; row-group statistics
     # make that free when there are none.
     kind = dialect(con)
-    if kind != POSTGRES or con.execute(
-        f"SELECT * FROM {pg_rows('SELECT EXISTS (SELECT 1 FROM records WHERE identifier_key IS NULL)')}"
+    if kind != POSTGRES or query_in_place(
+        con, "SELECT EXISTS (SELECT 1 FROM records WHERE identifier_key IS NULL)", []
     ).fetchone()[0]:
         # (PostgreSQL answers from its partial index; DuckDB's UPDATE would copy every row's key.)
         con.execute(
@@ -399,23 +399,23 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     # A small window's keys go into the statement as a list of constants: DuckDB then filters the
     # key column inside its scan (about 10x cheaper than the semi-join a subquery gets, measured
     # on 2,000,000 rows). A large window reads most row groups anyway: a join.
-    keys = small_list(con, "SELECT DISTINCT identifier_key FROM latest")
-    window_keys = "(SELECT identifier_key FROM latest)" if keys is None else sql_list(keys)
-    found = (
-        f"r.rowid IN (SELECT rowid FROM records WHERE source_id = ? AND identifier_key IN {window_keys})"
-        if by_rowid else
-        f"r.source_id = ? AND r.identifier_key IN {window_keys}"
-    )
-    stored_rows = "records r"
-    pg_keys = keys if kind == POSTGRES and keys is not None else (
-        small_list(con, "SELECT DISTINCT identifier_key FROM latest", PG_LOOKUP) if kind == POSTGRES else None)
-    if pg_keys is not None:
-        # PostgreSQL finds the window's rows on its index (source_id, identifier_key).
-        stored_rows = _pg_rows_for(pg_keys, lambda chunk: (
+    # PostgreSQL looks up larger windows itself, on its index (source_id, identifier_key).
+    lookup_limit = PG_LOOKUP if kind == POSTGRES else SMALL_LOOKUP
+    keys = small_list(con, "SELECT DISTINCT identifier_key FROM latest", lookup_limit)
+    if kind == POSTGRES and keys is not None:
+        stored_rows = _pg_rows_for(keys, lambda chunk: (
             f"SELECT {_PG_STORED_SELECT} FROM records"
             f" WHERE source_id = {pg_literal(source_id)} AND identifier_key = ANY({pg_array(chunk, 'bigint')})"
         )) + " r"
         found = "r.source_id = ?"
+    else:
+        window_keys = "(SELECT identifier_key FROM latest)" if keys is None else sql_list(keys)
+        stored_rows = "records r"
+        found = (
+            f"r.rowid IN (SELECT rowid FROM records WHERE source_id = ? AND identifier_key IN {window_keys})"
+            if by_rowid else
+            f"r.source_id = ? AND r.identifier_key IN {window_keys}"
+        )
     # The embedded file reads the narrow columns first and the wide ones (for the fingerprint) only
     # for the rows whose stored version may be the received one: a row fetched among millions costs
     # its row group's compressed XML, so a window of new versions spread over the catalogue reads
@@ -468,22 +468,19 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     # and its first sighting stays its first_seen_at. Only identifiers without a row are looked up;
     # a window whose records all have rows reads no history at all (a list of no identifiers still
     # scanned the source's history: 58 ms cold for a history of 2,000,000 rows).
-    absent = small_list(con, "SELECT l.identifier FROM latest l ANTI JOIN stored s ON s.identifier = l.identifier")
-    absent_identifiers = (
-        "(SELECT l.identifier FROM latest l ANTI JOIN stored s ON s.identifier = l.identifier)"
-        if absent is None else sql_list(absent)
-    )
+    absent_sql = "SELECT l.identifier FROM latest l ANTI JOIN stored s ON s.identifier = l.identifier"
+    absent = small_list(con, absent_sql, lookup_limit)
     history = "record_history h"
-    pg_absent = absent if kind == POSTGRES and absent is not None else (
-        small_list(con, "SELECT l.identifier FROM latest l ANTI JOIN stored s ON s.identifier = l.identifier",
-                   PG_LOOKUP) if kind == POSTGRES else None)
-    if pg_absent:
+    history_in_pg = kind == POSTGRES and bool(absent)
+    if history_in_pg:
         # PostgreSQL reads the history of these identifiers only, on its index (source_id, identifier).
-        history = _pg_rows_for(pg_absent, lambda chunk: (
+        history = _pg_rows_for(absent, lambda chunk: (
             "SELECT identifier, datestamp, deleted, content_hash, received_at, source_id, action FROM record_history"
             f" WHERE source_id = {pg_literal(source_id)} AND action IN ({STORING})"
             f" AND identifier = ANY({pg_array(chunk, 'text')})"
         )) + " h"
+    # PostgreSQL's rows are these identifiers' already: matched again by the query, not a long list.
+    absent_identifiers = f"({absent_sql})" if absent is None or history_in_pg else sql_list(absent)
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE stored_before AS

@@ -21,9 +21,9 @@ from harvest_pipeline.store.backend import EMBEDDED, dialect
 from harvest_pipeline.store.clock import utcnow
 from harvest_pipeline.store.columns import identifier_key_sql
 from harvest_pipeline.store.merge import (
-    ACTION_WITHOUT_ROW, ACTIONS, INSERTED_COLUMNS, LAST_STORED_VERSION, STORING, DUPLICATE_EXAMPLES,
-    LARGE_WINDOW_ROWS, PREVIEW_COLUMNS, received_position, PREVIEW_ORDER, PREVIEW_ROWS, MergeCounts, history_values, inserted_values,
-    small_list, sql_list, merge_staging,
+    ACTION_WITHOUT_ROW, ACTIONS, DUPLICATE_EXAMPLES, INSERTED_COLUMNS, LARGE_WINDOW_ROWS, LAST_STORED_VERSION,
+    PREVIEW_COLUMNS, PREVIEW_ORDER, PREVIEW_ROWS, STORING, MergeCounts, history_values, inserted_values,
+    merge_staging, received_position, small_list, sql_list,
 )
 from harvest_pipeline.store.staging import staged_file_lists, staged_files
 

@@ -46,9 +46,9 @@ def test_a_large_window_classifies_at_the_whole_limit_writes_at_a_lower_one_and_
     seen = {"classifying": set(), "writing": set()}
     small_list, write_slice = merge_module.small_list, merge_module._write_slice
 
-    def watched_small_list(con, query):
+    def watched_small_list(con, query, *limit):
         seen["classifying"].add(_limit(con))
-        return small_list(con, query)
+        return small_list(con, query, *limit)
 
     def watched_write_slice(con, *args, **kwargs):
         seen["writing"].add(_limit(con))
@@ -154,10 +154,10 @@ def test_a_large_window_merges_on_one_thread_and_gives_the_instance_its_threads_
     seen = set()
     small_list = merge_module.small_list
 
-    def watched_small_list(con, query):
+    def watched_small_list(con, query, *limit):
         with con.cursor() as c:
             seen.add(c.execute("SELECT current_setting('threads')").fetchone()[0])
-        return small_list(con, query)
+        return small_list(con, query, *limit)
 
     monkeypatch.setattr(merge_module, "small_list", watched_small_list)
     path = _stage_three_pages(db)
