@@ -163,8 +163,9 @@ def small_list(con, query: str, limit: int = SMALL_LOOKUP) -> list | None:
     return None if len(rows) > limit else [r[0] for r in rows]
 
 
-# A PostgreSQL catalogue finds the rows of a window of up to PG_LOOKUP records in PostgreSQL itself,
-# PG_CHUNK values per query (the query's text grows with them); a larger window is joined by DuckDB.
+# A PostgreSQL catalogue finds the rows of a window of up to PG_LOOKUP records in PostgreSQL itself;
+# a larger window is joined by DuckDB. Statements handed to PostgreSQL as text (lookups, the DELETE
+# of rows written again) carry PG_CHUNK values each: their text grows with them.
 PG_LOOKUP = 100_000
 PG_CHUNK = 5_000
 # What the merge reads of a stored row in PostgreSQL: its version and the values its fingerprint covers.
@@ -172,9 +173,14 @@ _PG_STORED_SELECT = ", ".join(f'"{c}"' for c in dict.fromkeys(
     ("source_id", "identifier", "datestamp", "deleted", "content_hash", "first_seen_at", *VALUE_COLUMNS)))
 
 
+def _pg_chunks(values: list) -> list[list]:
+    """`values` in chunks of PG_CHUNK (no chunk for no values)."""
+    return [values[at:at + PG_CHUNK] for at in range(0, len(values), PG_CHUNK)]
+
+
 def _pg_rows_for(values: list, query_for) -> str:
     """A FROM item: the rows PostgreSQL returns for `query_for(chunk)`, chunk after chunk of `values`."""
-    chunks = [values[at:at + PG_CHUNK] for at in range(0, len(values), PG_CHUNK)] or [[]]
+    chunks = _pg_chunks(values) or [[]]
     return "(" + " UNION ALL ".join(f"SELECT * FROM {pg_rows(query_for(chunk))}" for chunk in chunks) + ")"
 
 
@@ -620,10 +626,6 @@ def history_values(*, source_id: str, window_start: str, window_end: str, run_id
             "CASE WHEN c.action IN ('created', 'updated', 'revived', 'restored') THEN i.metadata_xml END, ?")
 
 
-# Identifiers per DELETE handed to PostgreSQL (the statement's text grows with them).
-_REPLACED_PER_STATEMENT = 5_000
-
-
 def _write_slice(con, first_page, last_page, *, source_id, window_start, window_end, run_id, attempt_id, now,
                  by_rowid, replace_rows=False) -> tuple[int, int]:
     """Insert, update and record the history of the classified rows staged on these pages.
@@ -649,10 +651,10 @@ def _write_slice(con, first_page, last_page, *, source_id, window_start, window_
             f"SELECT c.identifier FROM classified c WHERE c.page_number BETWEEN {int(first_page)} AND {int(last_page)}"
             f" AND c.existed AND {_WRITES}"
         ).fetchall()]
-        for at in range(0, len(replaced), _REPLACED_PER_STATEMENT):
+        for chunk in _pg_chunks(replaced):
             con.execute(pg_execute_sql(
                 f"DELETE FROM records WHERE source_id = {pg_literal(source_id)}"
-                f" AND identifier = ANY({pg_array(replaced[at:at + _REPLACED_PER_STATEMENT], 'text')})"))
+                f" AND identifier = ANY({pg_array(chunk, 'text')})"))
         written = con.execute(
             f"""
             INSERT INTO records ({INSERTED_COLUMNS})
