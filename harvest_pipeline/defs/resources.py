@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Optional
 
@@ -69,13 +70,10 @@ def catalogue_connector(resource: DuckDBResource):
     Embedded file: the process's one catalogue session (store/session.py), which the threads of a
     batch run share one at a time and which stays open while they keep it busy. Shared catalogue:
     a cursor of the process's one attach, its own transaction (store/shared_instance.py)."""
-    if isinstance(resource, CatalogueResource) and resource.settings().shared:
-        settings, config = resource.settings(), resource.connection_config
-
-        def connect_shared():
-            return shared_cursor(settings, config)  # the schema ensured when the process attaches
-
-        return connect_shared
+    if isinstance(resource, CatalogueResource):
+        settings = resource.settings()
+        if settings.shared:  # the schema is ensured when the process attaches
+            return partial(shared_cursor, settings, resource.connection_config)
     return process_session(resource.database).connection
 
 
