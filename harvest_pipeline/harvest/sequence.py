@@ -23,10 +23,10 @@ Guarantees:
   holds the closed cursor and the next run merges it without asking the server again.
 - The catalogue is opened once for the writes that come together and closed between them
   (store/session.py): other processes get the file between a run's merges.
-- On the embedded catalogue, window N+1's ledger row and window N's merge (a small window's) are
-  written by the process's catalogue writer (harvest/grouped_writes.py), together with the other
-  sources' writes that wait at the same time, in one transaction; N+1's row does not wait for N's
-  merge. A large window merges in the worker thread, in a transaction of its own.
+- On the embedded file and PostgreSQL, window N+1's ledger row and window N's merge (a small
+  window's) are written by the process's catalogue writer (harvest/grouped_writes.py), together
+  with the other sources' writes that wait at the same time, in one transaction; N+1's row does
+  not wait for N's merge. A large window merges in the worker thread, in a transaction of its own.
 
 No Dagster here: the caller turns reports into events in `on_window_done`.
 """
@@ -46,7 +46,7 @@ from harvest_pipeline.harvest.grouped_writes import grouped_writer
 from harvest_pipeline.harvest.listers import Lister, lister_for
 from harvest_pipeline.harvest.split import harvest_partition, split_failed_window, split_reason
 from harvest_pipeline.harvest.window import MERGE_SLOTS, Connect, Progress, Window, WindowHarvest, WindowReport
-from harvest_pipeline.store.backend import catalogue_settings
+from harvest_pipeline.store.backend import DUCKLAKE, catalogue_settings
 from harvest_pipeline.sources import SourceConfig
 from harvest_pipeline.store.ledger import get_quirks
 from harvest_pipeline.store.session import catalogue_connect, process_session
@@ -96,10 +96,10 @@ def harvest_windows(
     # Without a connect() of the caller's, the process's catalogue session (store/session.py):
     # the writes that come together (merge(N), N+1's ledger row) share one open of the file.
     catalogue = connect or catalogue_connect(db_path)
-    # The embedded file's writes of all the process's harvests that wait together go in one
-    # transaction (ledger rows, small windows' merges: harvest/grouped_writes.py). A shared
-    # catalogue takes many writers: each window writes on its own, as before.
-    writer = None if catalogue_settings().shared else grouped_writer(catalogue, hold=lambda: MERGE_SLOTS)
+    # The writes of all the process's harvests that wait together go in one transaction (ledger
+    # rows, small windows' merges: harvest/grouped_writes.py), into the embedded file or PostgreSQL.
+    # DuckLake, whose concurrent commits conflict on its metadata, writes each window on its own.
+    writer = None if catalogue_settings().kind == DUCKLAKE else grouped_writer(catalogue, hold=lambda: MERGE_SLOTS)
     merger = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"merge-{source.id}")
     pending: list[Future] = []
     callback_errors: list[BaseException] = []

@@ -178,10 +178,22 @@ def _pg_chunks(values: list) -> list[list]:
     return [values[at:at + PG_CHUNK] for at in range(0, len(values), PG_CHUNK)]
 
 
-def _pg_rows_for(values: list, query_for) -> str:
+def pg_rows_for(values: list, query_for) -> str:
     """A FROM item: the rows PostgreSQL returns for `query_for(chunk)`, chunk after chunk of `values`."""
     chunks = _pg_chunks(values) or [[]]
     return "(" + " UNION ALL ".join(f"SELECT * FROM {pg_rows(query_for(chunk))}" for chunk in chunks) + ")"
+
+
+def give_rows_their_keys(con, kind: str) -> None:
+    """Rows written without an `identifier_key` (by hand) get theirs, so a lookup by key finds them."""
+    if kind != POSTGRES or query_in_place(
+        con, "SELECT EXISTS (SELECT 1 FROM records WHERE identifier_key IS NULL)", []
+    ).fetchone()[0]:
+        # (PostgreSQL answers from its partial index; DuckDB's UPDATE would copy every row's key.
+        # In the embedded file row-group statistics make it free when there are none.)
+        con.execute(
+            f"UPDATE records SET identifier_key = {identifier_key_sql('identifier')} WHERE identifier_key IS NULL"
+        )
 
 
 def sql_list(values: list) -> str:
@@ -384,16 +396,9 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     # The stored rows of this window's records, found through the narrow `identifier_key` column
     # (DuckDB pushes the window's keys into its scan as a Bloom filter), then read by row id, so
     # the wide columns of the matching rows only are read and the cost follows the window, not
-    # the catalogue. Rows written without a key (by hand) get theirs first; row-group statistics
-    # make that free when there are none.
+    # the catalogue. Rows written without a key (by hand) get theirs first.
     kind = dialect(con)
-    if kind != POSTGRES or query_in_place(
-        con, "SELECT EXISTS (SELECT 1 FROM records WHERE identifier_key IS NULL)", []
-    ).fetchone()[0]:
-        # (PostgreSQL answers from its partial index; DuckDB's UPDATE would copy every row's key.)
-        con.execute(
-            f"UPDATE records SET identifier_key = {identifier_key_sql('identifier')} WHERE identifier_key IS NULL"
-        )
+    give_rows_their_keys(con, kind)
     # The harvest always wins: a row edited by hand since (same version, different columns) is
     # rewritten and classed 'restored'. So the stored side's fingerprint is computed from the
     # stored values themselves (a fingerprint stored with the row would not see a hand edit), for
@@ -409,7 +414,7 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     lookup_limit = PG_LOOKUP if kind == POSTGRES else SMALL_LOOKUP
     keys = small_list(con, "SELECT DISTINCT identifier_key FROM latest", lookup_limit)
     if kind == POSTGRES and keys is not None:
-        stored_rows = _pg_rows_for(keys, lambda chunk: (
+        stored_rows = pg_rows_for(keys, lambda chunk: (
             f"SELECT {_PG_STORED_SELECT} FROM records"
             f" WHERE source_id = {pg_literal(source_id)} AND identifier_key = ANY({pg_array(chunk, 'bigint')})"
         )) + " r"
@@ -480,7 +485,7 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     history_in_pg = kind == POSTGRES and bool(absent)
     if history_in_pg:
         # PostgreSQL reads the history of these identifiers only, on its index (source_id, identifier).
-        history = _pg_rows_for(absent, lambda chunk: (
+        history = pg_rows_for(absent, lambda chunk: (
             "SELECT identifier, datestamp, deleted, content_hash, received_at, source_id, action FROM record_history"
             f" WHERE source_id = {pg_literal(source_id)} AND action IN ({STORING})"
             f" AND identifier = ANY({pg_array(chunk, 'text')})"

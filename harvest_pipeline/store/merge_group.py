@@ -7,6 +7,10 @@ transaction. The windows whose received records have no row in `records` (a catc
 record new) go through one set of statements for the whole group; the others (a stored row found,
 quarantined records, a large window) are merged one by one by `merge_staging`, in the same
 transaction. Both give the same rows, history and counts (tested side by side).
+
+Into the embedded file and into PostgreSQL (there the group's stored keys and history are looked
+up by PostgreSQL itself, on its indexes, as a single merge's are); a DuckLake catalogue merges
+each window alone.
 """
 
 from __future__ import annotations
@@ -17,13 +21,13 @@ from pathlib import Path
 
 import duckdb
 
-from harvest_pipeline.store.backend import EMBEDDED, dialect
+from harvest_pipeline.store.backend import EMBEDDED, POSTGRES, dialect, pg_array
 from harvest_pipeline.store.clock import utcnow
 from harvest_pipeline.store.columns import identifier_key_sql
 from harvest_pipeline.store.merge import (
     ACTION_WITHOUT_ROW, ACTIONS, DUPLICATE_EXAMPLES, INSERTED_COLUMNS, LARGE_WINDOW_ROWS, LAST_STORED_VERSION,
-    PREVIEW_COLUMNS, PREVIEW_ORDER, PREVIEW_ROWS, STORING, MergeCounts, history_values, inserted_values,
-    merge_staging, received_position, small_list, sql_list,
+    PREVIEW_COLUMNS, PREVIEW_ORDER, PREVIEW_ROWS, STORING, MergeCounts, give_rows_their_keys, history_values,
+    inserted_values, merge_staging, pg_rows_for, received_position, small_list, sql_list,
 )
 from harvest_pipeline.store.staging import staged_file_lists, staged_files
 
@@ -58,21 +62,22 @@ def merge_staged_windows(con: duckdb.DuckDBPyConnection, windows: list[StagedWin
         raise ValueError("a merge group holds one window per source")
     counts: dict[int, MergeCounts] = {}
     grouped: dict[int, list[str]] = {}
-    if dialect(con) == EMBEDDED:
+    kind = dialect(con)
+    if kind in (EMBEDDED, POSTGRES):
         for n, window in enumerate(windows):
             # The committed files themselves: a window without quarantine files needs no empty one.
             rows, quarantine = staged_files(window.staging_folder)
             if window.received <= LARGE_WINDOW_ROWS and not quarantine:
                 grouped[n] = [str(f) for f, _, _ in rows] or staged_file_lists(window.staging_folder)[0]
     if len(grouped) > 1:
-        counts.update(_merge_new_records(con, windows, grouped))
+        counts.update(_merge_new_records(con, windows, grouped, kind))
     for n, window in enumerate(windows):
         if n not in counts:
             counts[n] = window.merge_alone(con)
     return [counts[n] for n in range(len(windows))]
 
 
-def _merge_new_records(con, windows: list[StagedWindow], grouped: dict[int, list[str]]) -> dict[int, MergeCounts]:
+def _merge_new_records(con, windows: list[StagedWindow], grouped: dict[int, list[str]], kind: str) -> dict[int, MergeCounts]:
     """Merge the windows of `grouped` (number -> staged row files) whose records all lack a row in
     `records`; return their counts (the others are left to the caller)."""
     now = utcnow()
@@ -90,14 +95,24 @@ def _merge_new_records(con, windows: list[StagedWindow], grouped: dict[int, list
     con.execute(f"INSERT INTO g_windows VALUES {rows_sql}", params)
     # No clean-up after an error: the transaction is aborted (a statement would raise again and
     # hide the error), and the next group replaces these tables.
-    counts = _merge_grouped(con, now)
+    counts = _merge_grouped(con, now, kind)
     for table in ("g_classified", "g_before", "g_latest", "g_windows", "g_files"):
         con.execute(f"DROP TABLE IF EXISTS {table}")
     con.execute("RESET VARIABLE stg_group_files")
     return counts
 
 
-def _merge_grouped(con, now: datetime) -> dict[int, MergeCounts]:
+def _pg_pairs(con, column: str, pg_type: str, query_for) -> str:
+    """A FROM item: what PostgreSQL returns for `query_for(pairs)`, where `pairs` is a FROM item
+    `k(source_id, <column>)` of the group's (source, received `column`) pairs, chunk by chunk (a
+    join on its index; DuckDB would push an IN list as its range and copy the sources' rows)."""
+    rows = con.execute(f"SELECT DISTINCT g.source_id, l.{column} FROM g_latest l JOIN g_windows g ON g.w = l.w").fetchall()
+    return pg_rows_for(rows, lambda chunk: query_for(
+        f"unnest({pg_array([r[0] for r in chunk], 'text')}, {pg_array([r[1] for r in chunk], pg_type)})"
+        f" AS k(source_id, {column})"))
+
+
+def _merge_grouped(con, now: datetime, kind: str) -> dict[int, MergeCounts]:
     # A record listed twice in one traversal counts once, in its last-received version (as alone).
     con.execute(
         f"""
@@ -107,17 +122,21 @@ def _merge_grouped(con, now: datetime) -> dict[int, MergeCounts]:
         FROM {_PAGES} GROUP BY w, identifier
         """
     )
-    con.execute(
-        f"UPDATE records SET identifier_key = {identifier_key_sql('identifier')} WHERE identifier_key IS NULL"
-    )
+    give_rows_their_keys(con, kind)
     # A window with any received key stored for its source (its record, or one sharing its key)
     # goes to the single merge, which compares versions and checks identifiers.
-    keys = small_list(con, "SELECT DISTINCT identifier_key FROM g_latest")
-    window_keys = "(SELECT identifier_key FROM g_latest)" if keys is None else sql_list(keys)
+    if kind == POSTGRES:
+        stored_keys = _pg_pairs(con, "identifier_key", "bigint", lambda pairs: (
+            f"SELECT r.source_id, r.identifier_key FROM records r JOIN {pairs}"
+            " ON r.source_id = k.source_id AND r.identifier_key = k.identifier_key"))
+    else:
+        keys = small_list(con, "SELECT DISTINCT identifier_key FROM g_latest")
+        window_keys = "(SELECT identifier_key FROM g_latest)" if keys is None else sql_list(keys)
+        stored_keys = f"(SELECT source_id, identifier_key FROM records WHERE identifier_key IN {window_keys})"
     with_rows = [n for (n,) in con.execute(
         f"""
         SELECT DISTINCT l.w
-        FROM (SELECT source_id, identifier_key FROM records WHERE identifier_key IN {window_keys}) r
+        FROM {stored_keys} r
         JOIN g_windows g ON g.source_id = r.source_id
         JOIN g_latest l ON l.w = g.w AND l.identifier_key = r.identifier_key
         """
@@ -129,11 +148,15 @@ def _merge_grouped(con, now: datetime) -> dict[int, MergeCounts]:
     if not con.execute("SELECT count(*) FROM g_windows").fetchone()[0]:
         return {}
     # Records without a row whose history shows they were stored: deleted by hand (as alone).
+    history = "record_history" if kind != POSTGRES else _pg_pairs(con, "identifier", "text", lambda pairs: (
+        "SELECT h.identifier, h.datestamp, h.deleted, h.content_hash, h.received_at, h.source_id, h.action"
+        f" FROM record_history h JOIN {pairs} ON h.source_id = k.source_id AND h.identifier = k.identifier"
+        f" WHERE h.action IN ({STORING})"))
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE g_before AS
         SELECT l.w, h.identifier, {LAST_STORED_VERSION}
-        FROM record_history h
+        FROM {history} h
         JOIN g_windows g ON g.source_id = h.source_id
         JOIN g_latest l ON l.w = g.w AND l.identifier = h.identifier
         WHERE h.action IN ({STORING})
