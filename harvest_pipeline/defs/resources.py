@@ -73,8 +73,15 @@ def catalogue_connector(resource: DuckDBResource):
     if isinstance(resource, CatalogueResource):
         settings = resource.settings()
         if settings.shared:  # the schema is ensured when the process attaches
-            return partial(shared_cursor, settings, resource.connection_config)
+            # One connect() per catalogue in the process: the sources of a batch run then share
+            # one catalogue writer (harvest/grouped_writes.py keys the writer by its connect()).
+            config = resource.connection_config
+            return _SHARED_CONNECTORS.setdefault((settings, tuple(sorted(config.items()))),
+                                                 partial(shared_cursor, settings, config))
     return process_session(resource.database).connection
+
+
+_SHARED_CONNECTORS: dict[tuple, partial] = {}
 
 
 def catalogue_path(resource: DuckDBResource) -> Path:

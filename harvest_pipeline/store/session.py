@@ -23,6 +23,7 @@ one database instance per file within a process anyway):
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from contextlib import contextmanager
@@ -188,11 +189,19 @@ def catalogue_connect(path: str | Path):
     """A `connect()` for the harvest core: the process's session for the embedded file, or a
     cursor of the process's one attach of a shared catalogue (store/shared_instance.py)."""
     from harvest_pipeline.store.backend import catalogue_settings
-    from harvest_pipeline.store.connection import connect
 
     if catalogue_settings().shared:
-        return lambda: connect(path)
+        return _shared_connect(str(path))
     return process_session(path).connection
+
+
+@functools.cache
+def _shared_connect(path: str):
+    """One connect() per path in the process: its harvests share one catalogue writer
+    (harvest/grouped_writes.py keys the writer by its connect())."""
+    from harvest_pipeline.store.connection import connect
+
+    return functools.partial(connect, path)
 
 
 def close_all() -> None:
