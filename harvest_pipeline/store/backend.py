@@ -25,7 +25,7 @@ import re
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TypeVar
@@ -50,7 +50,7 @@ _EXTENSION_PACKAGES = {
 @dataclass(frozen=True)
 class CatalogueSettings:
     kind: str = EMBEDDED
-    pg_dsn: str | None = None
+    pg_dsn: str | None = field(default=None, repr=False)  # may hold a password: never in a repr or traceback
     data_path: str | None = None
 
     @property
