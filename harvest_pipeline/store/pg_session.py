@@ -37,10 +37,12 @@ class ProcessSession:
             if self._conn is None or self._conn.closed:
                 conn = psycopg.connect(self._dsn, autocommit=True, application_name=self._application_name)
                 if self._setup:
-                    try:
+                    # CREATE ... IF NOT EXISTS is not safe against a concurrent one (the loser gets
+                    # "type ... already exists"): workers starting together take turns. Slot -1
+                    # of a two-key lock: no host slot (0 and up) or source lease (one key) is it.
+                    with conn.transaction():
+                        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s), -1)", (self._setup,))
                         conn.execute(self._setup)
-                    except psycopg.errors.UniqueViolation:
-                        pass  # another worker created the same table at the same moment
                 self._conn = conn
             try:
                 cur = self._conn.execute(sql, params)

@@ -112,3 +112,33 @@ def test_the_deploy_instance_runs_on_postgresql(pg_server, monkeypatch, tmp_path
         assert instance.get_runs() == []
     finally:
         instance.dispose()
+
+
+def test_workers_creating_the_politeness_table_at_the_same_moment_all_go_on(pg_server):
+    # PostgreSQL's CREATE TABLE IF NOT EXISTS is not safe against a concurrent one: the loser may
+    # fail with "type ... already exists" or a unique violation (seen in the two-worker test).
+    # Each session here is a worker's first connection, all at once, on fresh databases.
+    import threading
+
+    from harvest_pipeline.store.host_leases import PostgresGate
+    from harvest_pipeline.store.pg_session import ProcessSession
+
+    for _ in range(6):
+        dsn = pg_server.dsn(pg_server.create_database())
+        sessions = [ProcessSession(dsn, f"worker{i}", setup=PostgresGate._TABLE) for i in range(8)]
+        start = threading.Barrier(len(sessions))
+        errors: list[BaseException] = []
+
+        def first_statement(session):
+            start.wait()
+            try:
+                assert session.execute("SELECT count(*) FROM harvest_host_politeness", ()) == (0,)
+            except BaseException as e:  # noqa: BLE001 - collected for the assertion below
+                errors.append(e)
+
+        threads = [threading.Thread(target=first_statement, args=(s,)) for s in sessions]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
