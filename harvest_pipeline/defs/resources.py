@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
-from functools import partial
 from pathlib import Path
 from typing import Optional
 
@@ -19,7 +18,7 @@ from harvest_pipeline.store import default_db_path
 from harvest_pipeline.store.backend import CatalogueSettings, catalogue_settings
 from harvest_pipeline.store.connection import close_catalogue, connection_config, open_catalogue
 from harvest_pipeline.store.session import process_session
-from harvest_pipeline.store.shared_instance import shared_cursor
+from harvest_pipeline.store.shared_instance import SharedConnect, shared_cursor
 
 _ENV = {"catalogue": "HARVEST_CATALOGUE", "pg_dsn": "HARVEST_CATALOGUE_PG_DSN", "ducklake_data_path": "HARVEST_DUCKLAKE_DATA_PATH"}
 
@@ -73,15 +72,8 @@ def catalogue_connector(resource: DuckDBResource):
     if isinstance(resource, CatalogueResource):
         settings = resource.settings()
         if settings.shared:  # the schema is ensured when the process attaches
-            # One connect() per catalogue in the process: the sources of a batch run then share
-            # one catalogue writer (harvest/grouped_writes.py keys the writer by its connect()).
-            config = resource.connection_config
-            return _SHARED_CONNECTORS.setdefault((settings, tuple(sorted(config.items()))),
-                                                 partial(shared_cursor, settings, config))
+            return SharedConnect.of(settings, resource.connection_config)
     return process_session(resource.database).connection
-
-
-_SHARED_CONNECTORS: dict[tuple, partial] = {}
 
 
 def catalogue_path(resource: DuckDBResource) -> Path:

@@ -23,7 +23,6 @@ one database instance per file within a process anyway):
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
 from contextlib import contextmanager
@@ -189,19 +188,13 @@ def catalogue_connect(path: str | Path):
     """A `connect()` for the harvest core: the process's session for the embedded file, or a
     cursor of the process's one attach of a shared catalogue (store/shared_instance.py)."""
     from harvest_pipeline.store.backend import catalogue_settings
+    from harvest_pipeline.store.connection import connection_config
+    from harvest_pipeline.store.shared_instance import SharedConnect
 
-    if catalogue_settings().shared:
-        return _shared_connect(str(path))
+    settings = catalogue_settings()
+    if settings.shared:  # local folders (staging, spill) stay beside the file's path
+        return SharedConnect.of(settings, connection_config(path))
     return process_session(path).connection
-
-
-@functools.cache
-def _shared_connect(path: str):
-    """One connect() per path in the process: its harvests share one catalogue writer
-    (harvest/grouped_writes.py keys the writer by its connect())."""
-    from harvest_pipeline.store.connection import connect
-
-    return functools.partial(connect, path)
 
 
 def close_all() -> None:

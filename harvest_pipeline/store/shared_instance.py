@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import threading
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Iterator
 
 import duckdb
@@ -76,6 +77,25 @@ def _open(settings: CatalogueSettings, config: dict, read_only: bool) -> _Instan
             root.close()
             raise
     return _Instance(root)
+
+
+@dataclass(frozen=True)
+class SharedConnect:
+    """The harvest core's `connect()` for a shared catalogue: a cursor of the process's attach.
+
+    Equal for the same catalogue and settings (as the embedded session's bound `connection` is for
+    its file), so a process's harvests find one catalogue writer (harvest/grouped_writes.py keys
+    it by its connect())."""
+
+    settings: CatalogueSettings
+    config: tuple[tuple[str, object], ...]  # connection_config's items, hashable
+
+    @classmethod
+    def of(cls, settings: CatalogueSettings, config: dict) -> "SharedConnect":
+        return cls(settings, tuple(sorted(config.items())))
+
+    def __call__(self):
+        return shared_cursor(self.settings, dict(self.config))
 
 
 @contextmanager

@@ -108,7 +108,7 @@ def _insert_nothing(gate, running):
 
 def test_the_sources_of_a_process_share_one_writer_into_a_shared_catalogue(tmp_path, monkeypatch):
     """The writer is found by its connect(): each source's harvest (and each source's WindowRun in
-    a batch run) asks for one, so into PostgreSQL they must get the same connect() or every source
+    a batch run) asks for one, so into PostgreSQL they must get equal connect()s or every source
     writes alone (groups of one, measured in the 100-source bench before this was fixed)."""
     from harvest_pipeline.defs.resources import CatalogueResource, catalogue_connector
     from harvest_pipeline.harvest.grouped_writes import grouped_writer
@@ -119,9 +119,11 @@ def test_the_sources_of_a_process_share_one_writer_into_a_shared_catalogue(tmp_p
     dsn = "postgresql://harvest:s3cret-pw@127.0.0.1:9/catalogue"  # nothing connects in this test
     resource = CatalogueResource(database=str(db), connection_config=connection_config(db),
                                  catalogue="postgres", pg_dsn=dsn)
-    assert catalogue_connector(resource) is catalogue_connector(resource)
+    # Equal connect()s (a value, as the embedded session's bound method is): one writer.
+    assert catalogue_connector(resource) == catalogue_connector(resource)
+    assert grouped_writer(catalogue_connector(resource)) is grouped_writer(catalogue_connector(resource))
     assert "s3cret-pw" not in repr(catalogue_connector(resource))  # a repr may reach a log or a traceback
     monkeypatch.setenv("HARVEST_CATALOGUE", "postgres")
     monkeypatch.setenv("HARVEST_CATALOGUE_PG_DSN", dsn)
-    assert catalogue_connect(db) is catalogue_connect(db)
+    assert catalogue_connect(db) == catalogue_connect(db)
     assert grouped_writer(catalogue_connect(db)) is grouped_writer(catalogue_connect(db))
