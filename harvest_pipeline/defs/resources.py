@@ -13,6 +13,7 @@ from typing import Optional
 
 import dagster as dg
 from dagster_duckdb import DuckDBResource
+from pydantic import Field
 
 from harvest_pipeline.store import default_db_path
 from harvest_pipeline.store.backend import CatalogueSettings, catalogue_settings
@@ -28,7 +29,9 @@ class CatalogueResource(DuckDBResource):
     `catalogue` postgres or ducklake the records, ledger and state go to the shared catalogue."""
 
     catalogue: str = "duckdb"
-    pg_dsn: Optional[str] = None
+    # Out of repr and str: once a run resolves the EnvVar this is the DSN itself, password included,
+    # and a resource's repr shows in tracebacks and failed assertions.
+    pg_dsn: Optional[str] = Field(default=None, repr=False)
     ducklake_data_path: Optional[str] = None
 
     def settings(self) -> CatalogueSettings:
