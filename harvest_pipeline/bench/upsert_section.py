@@ -223,7 +223,9 @@ def run_window_cost(args, workdir: Path, *, log=print) -> dict:
         closes[held] += CLOSE_SECONDS
         s_new, c_new, cpu_new = merge_into(big_db, stg_new, window=30_000 + r)
         closes[f"new records into {big:,}"] += CLOSE_SECONDS
-        stg_upd = build_spread_staging(workdir / f"win-upd-{r}.stage", w, stride, version=r + 1)
+        # Other records every run: an updated row leaves its row group (DuckDB writes it anew at the
+        # table's end), so the records of an earlier run would be found together, not spread.
+        stg_upd = build_spread_staging(workdir / f"win-upd-{r}.stage", w, stride, version=r + 1, offset=r)
         s_upd, c_upd, cpu_upd = merge_into(big_db, stg_upd, window=40_000 + r)
         closes[f"new versions into {big:,}"] += CLOSE_SECONDS
         for key, s_, c_, cpu_ in zip(secs, (s_empty, s_small, s_new, s_upd), (c_empty, c_small, c_new, c_upd),
@@ -269,15 +271,17 @@ def run_window_cost(args, workdir: Path, *, log=print) -> dict:
     return out
 
 
-def build_spread_staging(path: Path, rows: int, stride: int, *, version: int) -> Path:
-    """A staging folder with new versions of `rows` stored records, every `stride`-th identifier."""
+def build_spread_staging(path: Path, rows: int, stride: int, *, version: int, offset: int = 0) -> Path:
+    """A staging folder with new versions of `rows` stored records, every `stride`-th identifier
+    from `offset` on."""
     from harvest_pipeline.store.columns import PAGE_SCHEMA
     from harvest_pipeline.store.staging import StagingWindow
 
     st = StagingWindow(path)
     try:
-        st.start_attempt("bench-upsert", f"bench|spread|{rows}|{stride}|{version}")
-        pages = [synthetic_page(PAGE_SCHEMA, i * stride, i * stride + 1, version=version, page_number=i + 1)
+        st.start_attempt("bench-upsert", f"bench|spread|{rows}|{stride}|{version}|{offset}")
+        pages = [synthetic_page(PAGE_SCHEMA, offset + i * stride, offset + i * stride + 1, version=version,
+                                page_number=i + 1)
                  for i in range(rows)]
         _write_page(st, pa.concat_tables(pages).set_column(
             PAGE_SCHEMA.get_field_index("seq"), "seq", pa.array(range(rows), pa.int32())), None)
