@@ -481,6 +481,16 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     # scanned the source's history: 58 ms cold for a history of 2,000,000 rows).
     absent_sql = "SELECT l.identifier FROM latest l ANTI JOIN stored s ON s.identifier = l.identifier"
     absent = small_list(con, absent_sql, lookup_limit)
+    # The embedded file knows which of them were stored once (store/row_tally.py): only those are
+    # looked up in the history, which otherwise scans the identifiers of the source's whole history.
+    tallies, restored = None, []
+    if by_rowid and absent != []:
+        from harvest_pipeline.store import row_tally
+
+        tallies = row_tally.ensure_removed_known(con, [source_id])
+        restored = row_tally.removed_among(con, f"SELECT {sql_list([source_id])[1:-1]} AS source_id, identifier"
+                                                f" FROM ({absent_sql})")
+        absent = [identifier for _, identifier in restored]
     history = "record_history h"
     history_in_pg = kind == POSTGRES and bool(absent)
     if history_in_pg:
@@ -549,6 +559,11 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
             run_id=run_id, attempt_id=attempt_id, now=now, by_rowid=by_rowid, replace_rows=kind == POSTGRES,
         )
         inserted, updated = inserted + n_inserted, updated + n_updated
+    if tallies is not None:
+        # Every received record without a row got one (each action without a row writes).
+        row_tally.after_inserts(con, tallies, (
+            f"SELECT {sql_list([source_id])[1:-1]}, count(*), bit_xor(l.identifier_key)"
+            " FROM classified c JOIN latest l ON l.identifier = c.identifier WHERE NOT c.existed"), restored)
     by_action = dict(con.execute("SELECT action, count(*) FROM classified GROUP BY action").fetchall())
     # The UI's preview of what this window changed, taken here from the window's own rows: read
     # back from the catalogue afterwards it cost two scans that grow with the source (38 ms cold

@@ -29,6 +29,7 @@ from harvest_pipeline.store.merge import (
     PREVIEW_COLUMNS, PREVIEW_ORDER, PREVIEW_ROWS, STORING, MergeCounts, give_rows_their_keys, history_values,
     inserted_values, merge_staging, pg_rows_for, received_position, small_list, sql_list,
 )
+from harvest_pipeline.store import row_tally
 from harvest_pipeline.store.staging import staged_file_lists, staged_files
 
 
@@ -147,7 +148,15 @@ def _merge_grouped(con, now: datetime, kind: str) -> dict[int, MergeCounts]:
             con.execute(f"DELETE FROM {table} WHERE w IN {listed}")
     if not con.execute("SELECT count(*) FROM g_windows").fetchone()[0]:
         return {}
-    # Records without a row whose history shows they were stored: deleted by hand (as alone).
+    # Records without a row whose history shows they were stored: deleted by hand (as alone). The
+    # embedded file reads the history of those it lists as stored once only (store/row_tally.py).
+    tallies, restored = None, []
+    if kind == EMBEDDED:
+        sources = [s for (s,) in con.execute("SELECT source_id FROM g_windows").fetchall()]
+        tallies = row_tally.ensure_removed_known(con, sources)
+        restored = row_tally.removed_among(con, "SELECT g.source_id, l.identifier FROM g_latest l JOIN g_windows g ON g.w = l.w")
+    only_removed = ("" if tallies is None else
+                    "AND false" if not restored else f"AND h.identifier IN {sql_list(sorted({i for _, i in restored}))}")
     history = "record_history" if kind != POSTGRES else _pg_pairs(con, "identifier", "text", lambda pairs: (
         "SELECT h.identifier, h.datestamp, h.deleted, h.content_hash, h.received_at, h.source_id, h.action"
         f" FROM record_history h JOIN {pairs} ON h.source_id = k.source_id AND h.identifier = k.identifier"
@@ -159,7 +168,7 @@ def _merge_grouped(con, now: datetime, kind: str) -> dict[int, MergeCounts]:
         FROM {history} h
         JOIN g_windows g ON g.source_id = h.source_id
         JOIN g_latest l ON l.w = g.w AND l.identifier = h.identifier
-        WHERE h.action IN ({STORING})
+        WHERE h.action IN ({STORING}) {only_removed}
         GROUP BY l.w, h.identifier
         """
     )
@@ -200,6 +209,11 @@ def _merge_grouped(con, now: datetime, kind: str) -> dict[int, MergeCounts]:
         """,
         [now],
     )
+    if tallies is not None:
+        row_tally.after_inserts(con, tallies, (
+            "SELECT g.source_id, count(*), bit_xor(l.identifier_key) FROM g_classified c"
+            " JOIN g_latest l ON l.w = c.w AND l.identifier = c.identifier JOIN g_windows g ON g.w = c.w"
+            " GROUP BY g.source_id"), restored)
     by_action: dict[int, dict[str, int]] = {}
     for w, action, n in con.execute("SELECT w, action, count(*) FROM g_classified GROUP BY w, action").fetchall():
         by_action.setdefault(w, {})[action] = int(n)

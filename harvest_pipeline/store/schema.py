@@ -225,6 +225,24 @@ MIGRATIONS: list[tuple[int, str | dict[str, str]]] = [
             "CREATE INDEX IF NOT EXISTS records_tombstones ON records (source_id) WHERE deleted",
         )},
     ),
+    (
+        8,
+        # The embedded file: each source's row tally and its identifiers stored once without a row,
+        # so a window of new records reads no history (store/row_tally.py). No key: DuckDB would
+        # keep its index in memory, and only the merge writes them.
+        {EMBEDDED: """
+        CREATE TABLE record_tallies (
+            source_id   VARCHAR NOT NULL,
+            row_count   BIGINT NOT NULL,     -- rows of the source after the merge that wrote it
+            key_xor     BIGINT NOT NULL,     -- the bit_xor of their identifier_key
+            written_at  TIMESTAMP NOT NULL
+        );
+        CREATE TABLE records_removed (
+            source_id   VARCHAR NOT NULL,
+            identifier  VARCHAR NOT NULL     -- stored once (its history says so), no row now
+        );
+        """},
+    ),
 ]
 
 
