@@ -563,7 +563,7 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
         # Every received record without a row got one (each action without a row writes).
         row_tally.after_inserts(con, tallies, (
             f"SELECT {sql_list([source_id])[1:-1]}, count(*), bit_xor(l.identifier_key)"
-            " FROM classified c JOIN latest l ON l.identifier = c.identifier WHERE NOT c.existed"), restored)
+            " FROM latest l ANTI JOIN stored s ON s.identifier = l.identifier"), restored)
     by_action = dict(con.execute("SELECT action, count(*) FROM classified GROUP BY action").fetchall())
     # The UI's preview of what this window changed, taken here from the window's own rows: read
     # back from the catalogue afterwards it cost two scans that grow with the source (38 ms cold
