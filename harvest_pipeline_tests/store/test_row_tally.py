@@ -100,3 +100,15 @@ def test_a_group_of_windows_keeps_each_sources_tally_and_restores_rows_deleted_b
     assert [(c.restored, c.created) for c in counts] == [(1, 1), (0, 1)]
     assert _last_action(db, "s1-a") == "restored"
     assert _tally_is_the_rows(db, "s1") and _tally_is_the_rows(db, "s2") and _removed(db) == []
+
+
+def test_a_catalogue_from_before_the_tally_is_migrated_and_its_first_merge_reads_the_history(db):
+    _merge(db, [_rec("a"), _rec("b")], run="r1")
+    with connect(db) as con:  # as the release before migration 8 left it, with a row deleted by hand
+        con.execute("DELETE FROM records WHERE identifier = 'a'")
+        con.execute("DROP TABLE record_tallies")
+        con.execute("DROP TABLE records_removed")
+        con.execute("DELETE FROM schema_migrations WHERE version = 8")
+    counts, _ = _merge(db, [_rec("a"), _rec("c")], run="r2")
+    assert (counts.restored, counts.created) == (1, 1)
+    assert _tally_is_the_rows(db) and _removed(db) == []
