@@ -491,6 +491,10 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
         restored = row_tally.removed_among(con, f"SELECT {sql_list([source_id])[1:-1]} AS source_id, identifier"
                                                 f" FROM ({absent_sql})")
         absent = [identifier for _, identifier in restored]
+        if len(absent) > lookup_limit:  # many rows deleted by hand: matched by a query, not a long list
+            absent_sql = (f"SELECT x.identifier FROM records_removed x WHERE x.source_id = {sql_list([source_id])[1:-1]}"
+                          f" AND x.identifier IN ({absent_sql})")
+            absent = None
     history = "record_history h"
     history_in_pg = kind == POSTGRES and bool(absent)
     if history_in_pg:

@@ -22,7 +22,7 @@ neither the count nor the keys. A shared catalogue looks the history up on its i
 from __future__ import annotations
 
 from harvest_pipeline.store.clock import utcnow
-from harvest_pipeline.store.merge import STORING, sql_list
+from harvest_pipeline.store.merge import SMALL_LOOKUP, STORING, sql_list
 
 # The tables are created by migration 8 (store/schema.py).
 
@@ -91,6 +91,7 @@ def after_inserts(con, tallies: dict[str, tuple[int, int]], inserted_sql: str,
         values.append(f"({sql_list([s])[1:-1]}, {n + dn}, {x ^ dx}, ?)")
     con.execute(f"INSERT INTO record_tallies VALUES {', '.join(values)}", [utcnow()] * len(values))
     for source_id in sorted({s for s, _ in restored}):
-        identifiers = [i for s, i in restored if s == source_id]
-        con.execute(f"DELETE FROM records_removed WHERE source_id = ? AND identifier IN {sql_list(identifiers)}",
-                    [source_id])
+        identifiers = sorted(i for s, i in restored if s == source_id)
+        for at in range(0, len(identifiers), SMALL_LOOKUP):  # statements of a bounded length
+            con.execute(f"DELETE FROM records_removed WHERE source_id = ?"
+                        f" AND identifier IN {sql_list(identifiers[at:at + SMALL_LOOKUP])}", [source_id])

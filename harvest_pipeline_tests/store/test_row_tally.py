@@ -112,3 +112,19 @@ def test_a_catalogue_from_before_the_tally_is_migrated_and_its_first_merge_reads
     counts, _ = _merge(db, [_rec("a"), _rec("c")], run="r2")
     assert (counts.restored, counts.created) == (1, 1)
     assert _tally_is_the_rows(db) and _removed(db) == []
+
+
+def test_more_rows_deleted_by_hand_than_a_lookup_list_holds_all_come_back(db, monkeypatch):
+    from harvest_pipeline.store import merge, row_tally
+
+    monkeypatch.setattr(merge, "SMALL_LOOKUP", 2)
+    monkeypatch.setattr(row_tally, "SMALL_LOOKUP", 2)
+    records = [_rec(f"r{n}") for n in range(5)]
+    _merge(db, records, run="r1")
+    with connect(db) as con:
+        con.execute("DELETE FROM records WHERE identifier <> 'r0'")
+    _merge(db, [_rec("new")], run="r2")
+    assert _removed(db) == ["r1", "r2", "r3", "r4"]
+    counts, _ = _merge(db, records, run="r3")
+    assert (counts.restored, counts.unchanged, counts.created) == (4, 1, 0)
+    assert _removed(db) == [] and _tally_is_the_rows(db)
