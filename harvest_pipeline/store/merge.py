@@ -196,6 +196,11 @@ def give_rows_their_keys(con, kind: str) -> None:
         )
 
 
+def sql_value(value) -> str:
+    """One integer or text constant, as `sql_list` writes it."""
+    return sql_list([value])[1:-1]
+
+
 def sql_list(values: list) -> str:
     """A parenthesised SQL list of integer or text constants; (NULL) when empty (matches nothing)."""
     if not values:
@@ -485,14 +490,14 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     # looked up in the history, which otherwise scans the identifiers of the source's whole history.
     tallies, restored = None, []
     if by_rowid and absent != []:
-        from harvest_pipeline.store import row_tally
+        from harvest_pipeline.store import row_tally  # here: it builds on this module's SQL helpers
 
         tallies = row_tally.ensure_removed_known(con, [source_id])
-        restored = row_tally.removed_among(con, f"SELECT {sql_list([source_id])[1:-1]} AS source_id, identifier"
+        restored = row_tally.removed_among(con, f"SELECT {sql_value(source_id)} AS source_id, identifier"
                                                 f" FROM ({absent_sql})")
         absent = [identifier for _, identifier in restored]
         if len(absent) > lookup_limit:  # many rows deleted by hand: matched by a query, not a long list
-            absent_sql = (f"SELECT x.identifier FROM records_removed x WHERE x.source_id = {sql_list([source_id])[1:-1]}"
+            absent_sql = (f"SELECT x.identifier FROM records_removed x WHERE x.source_id = {sql_value(source_id)}"
                           f" AND x.identifier IN ({absent_sql})")
             absent = None
     history = "record_history h"
@@ -566,7 +571,7 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     if tallies is not None:
         # Every received record without a row got one (each action without a row writes).
         row_tally.after_inserts(con, tallies, (
-            f"SELECT {sql_list([source_id])[1:-1]}, count(*), bit_xor(l.identifier_key)"
+            f"SELECT {sql_value(source_id)}, count(*), bit_xor(l.identifier_key)"
             " FROM latest l ANTI JOIN stored s ON s.identifier = l.identifier"), restored)
     by_action = dict(con.execute("SELECT action, count(*) FROM classified GROUP BY action").fetchall())
     # The UI's preview of what this window changed, taken here from the window's own rows: read

@@ -6,14 +6,15 @@ ACTION_WITHOUT_ROW). Finding out by reading `record_history` scans the identifie
 whole history for every window of new records: 107 ms of a 200 ms merge of 150 new records into a
 source of 2,000,000 records and their history.
 
-Instead each source keeps a tally of its rows (`record_tallies`: how many, and the bit_xor of their
-`identifier_key`, so that a row deleted and another inserted by hand show too) and a list of the identifiers stored once that have no row
-(`records_removed`). While the source's rows match its tally, nothing but the merges has added
-or removed a row since the last merge wrote the tally, so every identifier ever stored either
-has a row or is in that list: a window's records without a row are looked up in the history only
-if they are listed there (usually none). When the rows do not match (a row deleted or inserted by
-hand, the first merge after an upgrade), the list is built again from the history once (one scan,
-as every merge did before) and the tally written anew.
+Instead each source keeps a tally of its rows (`record_tallies`: how many, and the bit_xor of
+their `identifier_key`, so that a row deleted and another inserted by hand show too) and a list
+of the identifiers stored once that have no row (`records_removed`). While the source's rows
+match its tally, nothing but the merges has added or removed a row since the last merge wrote
+the tally, so every identifier ever stored either has a row or is in that list: a window's
+records without a row are looked up in the history only if they are listed there (usually
+none). When the rows do not match (a row deleted or inserted by hand, the first merge after an
+upgrade), the list is built again from the history once (one scan, as every merge did before)
+and the tally written anew.
 
 Only the merges insert rows; a reconciliation's tombstones and DuckDB's rewritten rows change
 neither the count nor the keys. A shared catalogue looks the history up on its index instead.
@@ -22,7 +23,7 @@ neither the count nor the keys. A shared catalogue looks the history up on its i
 from __future__ import annotations
 
 from harvest_pipeline.store.clock import utcnow
-from harvest_pipeline.store.merge import SMALL_LOOKUP, STORING, sql_list
+from harvest_pipeline.store.merge import SMALL_LOOKUP, STORING, sql_list, sql_value
 
 # The tables are created by migration 8 (store/schema.py).
 
@@ -88,7 +89,7 @@ def after_inserts(con, tallies: dict[str, tuple[int, int]], inserted_sql: str,
     values = []
     for s in sources:
         (n, x), (dn, dx) = tallies[s], added.get(s, (0, 0))
-        values.append(f"({sql_list([s])[1:-1]}, {n + dn}, {x ^ dx}, ?)")
+        values.append(f"({sql_value(s)}, {n + dn}, {x ^ dx}, ?)")
     con.execute(f"INSERT INTO record_tallies VALUES {', '.join(values)}", [utcnow()] * len(values))
     for source_id in sorted({s for s, _ in restored}):
         identifiers = sorted(i for s, i in restored if s == source_id)
