@@ -333,12 +333,6 @@ def run_throughput(args, workdir: Path, *, log=print) -> dict:
         merge_into(base, stg, window=w)
         shutil.rmtree(stg, ignore_errors=True)
     log(f"  built in {time.perf_counter() - t:.1f} s")
-    # The source's first merge (untimed, reported): it writes the source's row tally, reading the
-    # whole history once (store/row_tally.py), as the first merge after an upgrade to it does.
-    first = build_staging(workdir / "win-first-big.stage", big + 5_000_000, big + 5_000_000 + w, version=0)
-    first_seconds = merge_into(big_db, first, window=5_000)[0]
-    shutil.rmtree(first, ignore_errors=True)
-    log(f"  the source's first merge (writes its row tally, reads its whole history once): {first_seconds * 1000:.0f} ms")
     n_upd = min(n, m)
     scenarios = {
         "created": (m, m + n, 0),  # new identifiers after the stored ones

@@ -51,3 +51,15 @@ def test_unknown_contender_is_a_usage_error():
     proc = _bench("--quick", "--only", "nope")
     assert proc.returncode == 2
     assert "unknown contender" in proc.stderr
+
+
+def test_upsert_section_runs_both_its_parts(tmp_path):
+    """Throughput (N into M) and the small window's cost into a big source with its history."""
+    proc = _bench("--no-contenders", "--upsert", "--upsert-rows", "200", "--upsert-existing", "1000",
+                  "--upsert-window", "20", "--upsert-window-existing", "2000", "--runs", "1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [r.split()[0] for r in _rows(proc.stdout, "scenario")][:3] == ["created", "updated", "unchanged"]
+    cases = _rows(proc.stdout, "merged into")[:4]  # then its notes
+    assert [" ".join(r.split()[:3]) for r in cases] == [
+        "empty catalogue 20", "new records into", "new records into", "new versions into"]
+    assert "The big source's first merge" in proc.stdout
