@@ -315,6 +315,11 @@ class ConflictLog:
 CONFLICTS = ConflictLog()
 
 
+class WriteWorthRetrying(Exception):
+    """A write that failed for a reason its next attempt avoids (the message says which); its
+    cause is the error. `run_write` runs it again once."""
+
+
 def run_write(
     connect: Callable[[], AbstractContextManager[duckdb.DuckDBPyConnection]],
     body: Callable[[duckdb.DuckDBPyConnection], T],
@@ -323,7 +328,8 @@ def run_write(
     log=None,
     sleep=time.sleep,
 ) -> T:
-    """Run ``body`` in one catalogue transaction; run it again when it lost a write conflict.
+    """Run ``body`` in one catalogue transaction; run it again when it lost a write conflict, and
+    once when it raised WriteWorthRetrying.
 
     Bounded (MAX_CONFLICT_RETRIES, jittered exponential backoff from 50 ms, capped at 2 s), and each
     retry is logged with what was being written. An embedded file never conflicts: one writer.
@@ -331,26 +337,35 @@ def run_write(
     from harvest_pipeline.store.connection import transaction
 
     delay = 0.05
-    for attempt in range(MAX_CONFLICT_RETRIES + 1):
+    conflicts = 0
+    retried_once = False
+    while True:
         started = time.monotonic()
         try:
             with connect() as con, transaction(con):
                 return body(con)
+        except WriteWorthRetrying as exc:
+            if retried_once:
+                raise (exc.__cause__ or exc) from None
+            retried_once = True
+            if log is not None:
+                log.warning("%s: %s", what, exc)
+            continue
         except duckdb.Error as exc:
-            if not is_write_conflict(exc) or attempt == MAX_CONFLICT_RETRIES:
+            if not is_write_conflict(exc) or conflicts == MAX_CONFLICT_RETRIES:
                 if is_write_conflict(exc):
                     raise HarvestError(
-                        f"{what}: lost {attempt + 1} write conflicts in a row on the shared catalogue: {exc}",
+                        f"{what}: lost {conflicts + 1} write conflicts in a row on the shared catalogue: {exc}",
                         hint="too many writers on the same rows; run the window again (nothing was written)",
                     ) from exc
                 raise
+            conflicts += 1
             CONFLICTS.conflicts += 1
             CONFLICTS.retried_seconds += time.monotonic() - started
             pause = delay * (0.5 + random.random())
             if log is not None:
                 log.warning("%s: write conflict on the shared catalogue (%s), retry %d in %.2f s",
-                            what, str(exc).splitlines()[0][:200], attempt + 1, pause)
+                            what, str(exc).splitlines()[0][:200], conflicts, pause)
             sleep(pause)
             delay = min(delay * 2, 2.0)
-    raise AssertionError("unreachable")
 

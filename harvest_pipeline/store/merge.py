@@ -19,7 +19,7 @@ from harvest_pipeline.errors import HarvestError
 from harvest_pipeline.store import merge_memory
 from harvest_pipeline.store.clock import utcnow
 from harvest_pipeline.store.backend import (
-    EMBEDDED, POSTGRES, dialect, pg_array, pg_execute_sql, pg_literal, pg_rows, query_in_place,
+    EMBEDDED, POSTGRES, WriteWorthRetrying, dialect, pg_array, pg_execute_sql, pg_literal, pg_rows, query_in_place,
 )
 from harvest_pipeline.store.columns import DROPPED_BY_TOMBSTONE, VALUE_COLUMNS, identifier_key_sql
 
@@ -354,6 +354,13 @@ def merge_staging(
             con, source_id=source_id, window_start=window_start, window_end=window_end,
             run_id=run_id, attempt_id=attempt_id, now=now, has_quarantine=has_quarantine,
         )
+    except duckdb.OutOfMemoryException as exc:
+        if merge_memory.ran_out_lowered(con):
+            raise WriteWorthRetrying(
+                f"the merge's writes ran out of memory at the lower limit it gives them "
+                f"({str(exc).splitlines()[0][:160]}); merging the window again at the whole limit"
+            ) from exc
+        raise
     finally:
         merge_memory.done(con)  # a large window's settings (threads, memory limit) given back
     _hide_staging(con)

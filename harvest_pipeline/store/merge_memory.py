@@ -19,6 +19,11 @@ windows at once on cursors of its catalogue): the limit is lowered only while no
 this process is still classifying, and a merge that starts classifying raises it again first.
 The settings go through a cursor of their own, so a refused change (DuckDB could not let enough
 go) leaves the merge's transaction alone: the writes then run at the whole limit.
+
+The lower limit is a saving, not a bound the merge needs: a 100,000-record window's writes ran out
+of memory at it now and then (2 of some 45 runs of one harvest, "Thirteenth round" in the README's
+Benchmark). When they do, `ran_out_lowered` says the merge is worth running again and this process
+writes at the whole limit from then on.
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ WRITE_FLOOR_BYTES = 64 * 1000 * 1000
 _lock = threading.Lock()
 _merges: dict[int, str] = {}  # id(connection) of this process's large merges -> "classifying" | "writing"
 _threads_before: list[int] = []  # the instance's threads before the first of its running large merges
+_lowered = False  # the instance's limit is the lower one now
+_lowering_off = False  # writes at the lower limit ran out of memory in this process: no more lowering
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -62,12 +69,14 @@ def write_limit(limit: str) -> str | None:
     return f"{int(full * WRITE_SHARE) // 1000}KB"
 
 
-def _set(con: duckdb.DuckDBPyConnection, limit: str) -> None:
+def _set(con: duckdb.DuckDBPyConnection, limit: str) -> bool:
     try:
         with con.cursor() as setting:
             setting.execute(f"SET memory_limit = '{limit}'")
+        return True
     except duckdb.Error as exc:  # DuckDB could not let enough go: the merge goes on at the limit it has
         log.debug("memory_limit stays: SET memory_limit = '%s' failed: %s", limit, exc)
+        return False
 
 
 def classifying(con: duckdb.DuckDBPyConnection) -> None:
@@ -79,7 +88,7 @@ def classifying(con: duckdb.DuckDBPyConnection) -> None:
                 _threads_before[:] = [setting.execute("SELECT current_setting('threads')").fetchone()[0]]
             setting.execute("SET threads = 1")
         _merges[id(con)] = "classifying"
-        _set(con, configured_memory_limit())
+        _whole(con)
 
 
 def writing(con: duckdb.DuckDBPyConnection) -> None:
@@ -89,8 +98,20 @@ def writing(con: duckdb.DuckDBPyConnection) -> None:
             return
         _merges[id(con)] = "writing"
         lower = write_limit(configured_memory_limit())
-        if lower is not None and "classifying" not in _merges.values():
-            _set(con, lower)
+        if lower is not None and not _lowering_off and "classifying" not in _merges.values():
+            global _lowered
+            _lowered = _set(con, lower) or _lowered
+
+
+def ran_out_lowered(con: duckdb.DuckDBPyConnection) -> bool:
+    """A large merge on `con` ran out of memory: True if it wrote at the lower limit (worth running
+    again, at the whole limit: this process stops lowering it)."""
+    global _lowering_off
+    with _lock:
+        if _merges.get(id(con)) != "writing" or not _lowered:
+            return False
+        _lowering_off = True
+        return True
 
 
 def done(con: duckdb.DuckDBPyConnection) -> None:
@@ -99,8 +120,14 @@ def done(con: duckdb.DuckDBPyConnection) -> None:
     with _lock:
         if _merges.pop(id(con), None) is None:
             return
-        if "writing" not in _merges.values():
-            _set(con, configured_memory_limit())
+        if "writing" not in _merges.values() or _lowering_off:
+            _whole(con)
         if not _merges and _threads_before:
             with con.cursor() as setting:
                 setting.execute(f"SET threads = {int(_threads_before.pop())}")
+
+
+def _whole(con: duckdb.DuckDBPyConnection) -> None:
+    global _lowered
+    if _set(con, configured_memory_limit()):
+        _lowered = False

@@ -168,3 +168,68 @@ def test_a_large_window_merges_on_one_thread_and_gives_the_instance_its_threads_
         con.execute("COMMIT")
         after = con.execute("SELECT current_setting('threads')").fetchone()[0]
     assert (seen, after) == ({1}, 3)
+
+
+def test_writes_that_run_out_of_memory_at_the_lower_limit_are_merged_again_at_the_whole_limit(tmp_path, monkeypatch, caplog):
+    # The lower limit is a saving: a 100,000-record window's writes ran out of it now and then.
+    # Forced here with a lower limit far too small for 5,000 records (a real DuckDB out-of-memory).
+    import logging
+
+    from harvest_pipeline.bench.upsert_section import build_staging
+    from harvest_pipeline.store.backend import run_write
+
+    monkeypatch.delenv("HARVEST_DUCKDB_MEMORY_LIMIT", raising=False)
+    monkeypatch.setattr(merge_memory, "_lowering_off", False)
+    monkeypatch.setattr(merge_memory, "write_limit", lambda limit: "4MB")
+    staged = build_staging(tmp_path / "window.stage", 0, 5_000, version=0)
+    db = tmp_path / "cat.duckdb"
+    written_at = []
+    write_slice = merge_module._write_slice
+
+    def watched_write_slice(con, *args, **kwargs):
+        written_at.append(_limit(con))
+        return write_slice(con, *args, **kwargs)
+
+    monkeypatch.setattr(merge_module, "_write_slice", watched_write_slice)
+
+    def merge(con):
+        return merge_staging(con, staged, source_id="bench", window_start=W0, window_end=W1, run_id="run", attempt_id="run")
+
+    with caplog.at_level(logging.WARNING):
+        counts = run_write(lambda: connect(db), merge, what="source bench, window w0: merge", log=logging.getLogger("t"))
+    retries = [r.getMessage() for r in caplog.records if "ran out of memory at the lower limit" in r.getMessage()]
+    assert len(retries) == 1 and retries[0].startswith("source bench, window w0: merge:")
+    assert written_at[0] == "3.8 MiB" and written_at[-1] == WHOLE  # the lower limit, then the whole one
+    with connect(db) as con:
+        assert _limit(con) == WHOLE
+        stored, history = (con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("records", "record_history"))
+    assert (counts.created, stored, history) == (5_000, 5_000, 5_000)  # the failed attempt left nothing
+
+    # From then on this process writes at the whole limit.
+    written_at.clear()
+    again = build_staging(tmp_path / "window2.stage", 5_000, 10_000, version=0)
+    with caplog.at_level(logging.WARNING):
+        counts = run_write(lambda: connect(db), lambda con: merge_staging(
+            con, again, source_id="bench", window_start=W0, window_end=W1, run_id="run2", attempt_id="run2"),
+            what="again", log=logging.getLogger("t"))
+    assert counts.created == 5_000 and set(written_at) == {WHOLE}
+
+
+def test_a_write_worth_retrying_runs_again_once_then_its_error_stands(tmp_path):
+    from harvest_pipeline.store.backend import WriteWorthRetrying, run_write
+
+    attempts = []
+
+    def body(con):
+        attempts.append(con.execute("SELECT count(*) FROM records").fetchone()[0])
+        con.execute("CREATE TABLE scratch AS SELECT 1 AS x")  # rolled back each time
+        try:
+            raise duckdb.OutOfMemoryException("out of memory, again")
+        except duckdb.OutOfMemoryException as exc:
+            raise WriteWorthRetrying("worth one more try") from exc
+
+    with pytest.raises(duckdb.OutOfMemoryException, match="out of memory, again"):
+        run_write(lambda: connect(tmp_path / "cat.duckdb"), body, what="w")
+    assert attempts == [0, 0]
+    with connect(tmp_path / "cat.duckdb") as con:
+        assert not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'scratch'").fetchone()[0]
