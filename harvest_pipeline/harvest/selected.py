@@ -15,6 +15,7 @@ are reported as not fetched, for the operator to run again.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from contextlib import AbstractContextManager
@@ -34,10 +35,12 @@ from harvest_pipeline.harvest.window import Window
 from harvest_pipeline.pages import HarvestedRecord, ListPage, ResumptionInfo
 from harvest_pipeline.sources import SourceConfig
 from harvest_pipeline.store import connect as store_connect
-from harvest_pipeline.store import transaction
+from harvest_pipeline.store.backend import run_write
 from harvest_pipeline.store.history import actions_for_attempt
 from harvest_pipeline.store.merge import MergeCounts, merge_staging
 from harvest_pipeline.store.staging import StagingWindow
+
+log = logging.getLogger(__name__)
 
 Connect = Callable[[], AbstractContextManager[duckdb.DuckDBPyConnection]]
 Progress = Callable[[dict], None]
@@ -126,13 +129,16 @@ def harvest_selected(
             raise exc.with_context(**ctx, hint="nothing was merged; run the re-harvest again") from None
         warnings = list(staging.cursor().warnings)
         staging.close()
-        with connect() as con:
-            with transaction(con):
-                counts = merge_staging(
-                    con, staging.path, source_id=source.id, window_start=window.start, window_end=window.end,
-                    run_id=run_id, attempt_id=attempt_id,
-                )
-                actions = actions_for_attempt(con, source.id, attempt_id)
+
+        def merge(con):
+            counts = merge_staging(
+                con, staging.path, source_id=source.id, window_start=window.start, window_end=window.end,
+                run_id=run_id, attempt_id=attempt_id,
+            )
+            return counts, actions_for_attempt(con, source.id, attempt_id)
+
+        # run_write: one transaction, run again when worth it (a large merge's writes out of memory).
+        counts, actions = run_write(connect, merge, what=f"source {source.id}, re-harvest of {window.key}: merge", log=log)
     finally:
         staging.remove()
     return SelectedReport(

@@ -31,7 +31,7 @@ from harvest_pipeline.sources import SourceConfig
 from harvest_pipeline.sources.registry import TraversalLimits
 from harvest_pipeline.store import connect as store_connect
 from harvest_pipeline.store import ledger
-from harvest_pipeline.store.backend import run_write
+from harvest_pipeline.store.backend import WriteWorthRetrying, run_write
 from harvest_pipeline.store.merge import LARGE_WINDOW_ROWS, MergeCounts
 from harvest_pipeline.store.merge_group import StagedWindow
 from harvest_pipeline.store.staging import STAGING_COMMIT_SECONDS, StagingWindow, staging_commit_rows, staging_path
@@ -342,12 +342,20 @@ class WindowHarvest:
             staged = StagedWindow(staging.path, source.id, window.start, window.end, run_id, cursor.attempt_id,
                                   received=cursor.received + cursor.quarantined_unparsed)
 
+            merged_again: list[str] = []  # why an earlier attempt of this merge was rolled back
+
             def merge(con):
-                return finish(con, staged.merge_alone(con))
+                try:
+                    counts = staged.merge_alone(con)
+                except WriteWorthRetrying as exc:  # run_write runs it again: the window's row says why
+                    merged_again.append(str(exc))
+                    raise
+                return finish(con, counts)
 
             def finish(con, counts):
                 crashpoint("mid-merge")
                 warnings = list(cursor.warnings)
+                warnings += [f"merged twice: {why}" for why in merged_again]
                 if outside and not full:
                     warnings.append(f"{outside} records had datestamps outside the requested window (kept)")
                 if counts.quarantined:
