@@ -21,7 +21,7 @@ The settings go through a cursor of their own, so a refused change (DuckDB could
 go) leaves the merge's transaction alone: the writes then run at the whole limit.
 
 The lower limit is a saving, not a bound the merge needs: a 100,000-record window's writes ran out
-of memory at it now and then (2 of some 45 runs of one harvest, "Thirteenth round" in the README's
+of memory at it now and then (2 of about 65 runs of one harvest, "Thirteenth round" in the README's
 Benchmark). When they do, `ran_out_lowered` says the merge is worth running again and this process
 writes at the whole limit from then on.
 """
@@ -93,14 +93,14 @@ def classifying(con: duckdb.DuckDBPyConnection) -> None:
 
 def writing(con: duckdb.DuckDBPyConnection) -> None:
     """Its classification is done: lower the limit if no other large merge still classifies."""
+    global _lowered
     with _lock:
         if id(con) not in _merges:
             return
         _merges[id(con)] = "writing"
         lower = write_limit(configured_memory_limit())
-        if lower is not None and not _lowering_off and "classifying" not in _merges.values():
-            global _lowered
-            _lowered = _set(con, lower) or _lowered
+        if lower is not None and not _lowering_off and "classifying" not in _merges.values() and _set(con, lower):
+            _lowered = True
 
 
 def ran_out_lowered(con: duckdb.DuckDBPyConnection) -> bool:
