@@ -74,6 +74,8 @@ def build_records_job(sources: list[SourceConfig]) -> dg.JobDefinition:
                                 f"{len(report.not_fetched)} identifier(s) not fetched")
         for identifier in report.not_found:
             context.log.warning(f"{source.id}: {identifier}: idDoesNotExist upstream; the local record is left untouched")
+        for warning in report.warnings:
+            context.log.warning(f"{source.id}: {warning}")
         counts = report.counts
         summary = {
             "source": source.id,
@@ -84,6 +86,7 @@ def build_records_job(sources: list[SourceConfig]) -> dg.JobDefinition:
             "not_fetched": report.not_fetched,
             "stopped_by": report.stopped_by,
             "actions": report.actions,
+            "warnings": report.warnings,
         }
         context.add_output_metadata({
             "source": source.id,
@@ -99,6 +102,7 @@ def build_records_job(sources: list[SourceConfig]) -> dg.JobDefinition:
             "restored": counts.restored,
             "actions": dg.MetadataValue.json(dict(list(report.actions.items())[:200])),
             **({"not_found_identifiers": dg.MetadataValue.json(report.not_found[:200])} if report.not_found else {}),
+            **({"warnings": dg.MetadataValue.text("\n".join(report.warnings))} if report.warnings else {}),
         })
         return summary
 

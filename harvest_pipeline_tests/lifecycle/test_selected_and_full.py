@@ -49,6 +49,37 @@ def test_records_job_fetches_each_identifier_and_reports_unknown_ones(demo, db_p
     assert (meta["updated"], meta["unchanged"], meta["not_found"]) == (1, 1, 1)
 
 
+def test_a_reharvest_merged_again_after_running_out_of_memory_says_so_in_its_output(db_path, monkeypatch):
+    # The re-harvest merges through the window's run_write: a merge whose writes run out of memory
+    # at the lower limit (store/merge_memory.py; forced here with 4 MB) is merged again, and the
+    # job's output, metadata and log say so.
+    from harvest_pipeline.demo.process import start_demo_provider
+    from harvest_pipeline.store import merge as merge_module, merge_memory
+    from harvest_pipeline_tests.conftest import demo_options
+
+    monkeypatch.delenv("HARVEST_DUCKDB_MEMORY_LIMIT", raising=False)
+    with start_demo_provider(**demo_options(records_per_day=2_000, page_size=500, days=2)) as provider:
+        source = demo_source(provider)
+        harvest_window(source, day_window(1), db_path=db_path)
+        identifiers = sorted(live_identifiers(db_path))
+        monkeypatch.setattr(merge_memory, "_lowering_off", False)
+        monkeypatch.setattr(merge_memory, "write_limit", lambda limit: "4MB")
+        monkeypatch.setattr(merge_module, "LARGE_WINDOW_ROWS", 100)
+        with dg.instance_for_test() as instance:
+            result = build_definitions([source]).resolve_job_def(RECORDS_JOB).execute_in_process(
+                instance=instance, run_config=records_run_config("demo", identifiers),
+            )
+    assert result.success and len(identifiers) > 100
+    out = result.output_for_node(RECORDS_OP)
+    assert out["fetched"] == len(identifiers) and set(out["actions"].values()) == {"unchanged"}
+    [why] = [w for w in out["warnings"] if w.startswith("merged twice: ")]
+    assert "ran out of memory at the lower limit" in why
+    [step] = [e for e in result.all_events if e.event_type_value == "STEP_OUTPUT"]
+    assert why in step.step_output_data.metadata["warnings"].value
+    with connect(db_path) as con:
+        by_reharvest = con.execute("SELECT count(*) FROM record_history WHERE attempt_id LIKE 'selected:%'").fetchone()[0]
+    assert by_reharvest == len(identifiers)  # one version each: the rolled-back attempt left nothing
+
 def test_a_record_the_server_no_longer_knows_is_left_untouched(demo, db_path):
     source = demo_source(demo)
     harvest_window(source, day_window(3), db_path=db_path)
