@@ -49,10 +49,13 @@ def test_records_job_fetches_each_identifier_and_reports_unknown_ones(demo, db_p
     assert (meta["updated"], meta["unchanged"], meta["not_found"]) == (1, 1, 1)
 
 
-def test_a_reharvest_merged_again_after_running_out_of_memory_says_so_in_its_output(db_path, monkeypatch):
+def test_a_reharvest_merged_again_after_running_out_of_memory_says_so(tmp_path, db_path, sources_file, monkeypatch, capsys):
     # The re-harvest merges through the window's run_write: a merge whose writes run out of memory
     # at the lower limit (store/merge_memory.py; forced here with 4 MB) is merged again, and the
-    # job's output, metadata and log say so.
+    # CLI, the job's output and its metadata (what the UI shows) say so. The CLI runs in this
+    # process (its job runs in-process), so the forced limit applies to it.
+    from harvest_pipeline.cli import main
+    from harvest_pipeline.cli.common import cli_instance
     from harvest_pipeline.demo.process import start_demo_provider
     from harvest_pipeline.store import merge as merge_module, merge_memory
     from harvest_pipeline_tests.conftest import demo_options
@@ -62,20 +65,22 @@ def test_a_reharvest_merged_again_after_running_out_of_memory_says_so_in_its_out
         source = demo_source(provider)
         harvest_window(source, day_window(1), db_path=db_path)
         identifiers = sorted(live_identifiers(db_path))
+        sources_file(demo=provider)
+        for name, value in cli_env(tmp_path, db_path).items():
+            monkeypatch.setenv(name, value)
         monkeypatch.setattr(merge_memory, "_lowering_off", False)
         monkeypatch.setattr(merge_memory, "write_limit", lambda limit: "4MB")
         monkeypatch.setattr(merge_module, "LARGE_WINDOW_ROWS", 100)
-        with dg.instance_for_test() as instance:
-            result = build_definitions([source]).resolve_job_def(RECORDS_JOB).execute_in_process(
-                instance=instance, run_config=records_run_config("demo", identifiers),
-            )
-    assert result.success and len(identifiers) > 100
-    out = result.output_for_node(RECORDS_OP)
-    assert out["fetched"] == len(identifiers) and set(out["actions"].values()) == {"unchanged"}
-    [why] = [w for w in out["warnings"] if w.startswith("merged twice: ")]
+        code = main(["harvest", "demo", *(arg for i in identifiers for arg in ("--identifier", i))])
+    printed = capsys.readouterr().out
+    assert code == 0 and len(identifiers) > 100, printed
+    assert f"re-harvested {len(identifiers)} of {len(identifiers)} record(s)" in printed
+    [why] = [line.strip()[len("warning: merged twice: "):] for line in printed.splitlines()
+             if line.strip().startswith("warning: merged twice: ")]
     assert "ran out of memory at the lower limit" in why
-    [step] = [e for e in result.all_events if e.event_type_value == "STEP_OUTPUT"]
-    assert why in step.step_output_data.metadata["warnings"].value
+    [run] = cli_instance().get_runs()
+    [output] = [e for e in cli_instance().all_logs(run.run_id) if e.dagster_event and e.dagster_event.event_type_value == "STEP_OUTPUT"]
+    assert why in output.dagster_event.step_output_data.metadata["warnings"].value  # the UI's view of the run
     with connect(db_path) as con:
         by_reharvest = con.execute("SELECT count(*) FROM record_history WHERE attempt_id LIKE 'selected:%'").fetchone()[0]
     assert by_reharvest == len(identifiers)  # one version each: the rolled-back attempt left nothing
