@@ -64,7 +64,8 @@ class Lister(Protocol):
         """Start from what earlier runs learned about this server."""
 
     def drain_warnings(self) -> list[str]:
-        """What the transport went through since the last call (retries, waits), one line each."""
+        """What the transport went through since the last call (retries, waits), and what the
+        single-record responses since then needed (repairs), one line each."""
 
 
 def lister_for(source: SourceConfig, state_dir: Path | None = None) -> Lister:

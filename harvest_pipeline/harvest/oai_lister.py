@@ -34,6 +34,7 @@ class OaiLister:
         self.client = client
         self._identify = None
         self._assumed: dict | None = None
+        self._record_warnings: list[str] = []  # what GetRecord responses needed, until drained
 
     def assume(self, described: dict) -> None:
         self._assumed = {k: described.get(k) for k in ("granularity", "earliest_datestamp", "deleted_record")}
@@ -56,13 +57,19 @@ class OaiLister:
         return b[0], b[1]
 
     def drain_warnings(self) -> list[str]:
-        """What the transport went through since the last call (retries, waits), one line each."""
-        return self.client.transport.drain_warnings()
+        """What the transport went through since the last call (retries, waits), and what the
+        GetRecord responses since then needed (repairs), one line each."""
+        drained, self._record_warnings = self._record_warnings, []
+        return self.client.transport.drain_warnings() + drained
 
     def get_record(self, identifier: str) -> HarvestedRecord:
         """One record by identifier (GetRecord in the source's prefix): a re-harvest, or a record
         that came unreadable inside a list page. IdDoesNotExist when the server lacks it."""
-        return self.client.get_record(identifier, self.source.metadata_prefix)
+        noticed: list[str] = []
+        try:
+            return self.client.get_record(identifier, self.source.metadata_prefix, warnings=noticed)
+        finally:
+            self._record_warnings += [f"GetRecord {identifier}: {w}" for w in noticed]
 
     @property
     def quirks(self) -> set[str]:

@@ -119,15 +119,16 @@ def harvest_selected(
                     not_found.append(identifier)
                 if len(batch) >= PAGE_SIZE:
                     page_number += 1
-                    _stage(staging, source, window, batch, page_number)
+                    _stage(staging, source, window, batch, page_number, lister.drain_warnings())
                     batch = []
                 if progress is not None:
                     progress({"source_id": source.id, "window": window.key, "fetched": n, "requested": len(requested)})
             if batch:
-                _stage(staging, source, window, batch, page_number + 1)
+                _stage(staging, source, window, batch, page_number + 1, lister.drain_warnings())
         except HarvestError as exc:
             raise exc.with_context(**ctx, hint="nothing was merged; run the re-harvest again") from None
-        warnings = list(staging.cursor().warnings)
+        # Retries and repaired responses after the last staged batch are reported too.
+        warnings = list(staging.cursor().warnings) + lister.drain_warnings()
         staging.close()
 
         merged_again: list[str] = []  # why an earlier attempt of this merge was rolled back
@@ -155,12 +156,15 @@ def harvest_selected(
     )
 
 
-def _stage(staging: StagingWindow, source: SourceConfig, window: Window, records: list[HarvestedRecord], page_number: int) -> None:
+def _stage(staging: StagingWindow, source: SourceConfig, window: Window, records: list[HarvestedRecord], page_number: int,
+           noticed: list[str]) -> None:
+    """Stage one batch of fetched records as a page; `noticed`: what fetching them went through."""
     page = ListPage(
         url=source.url, params={"verb": "GetRecord"}, response_date=None, records=records,
         resumption=ResumptionInfo(token=None, present=False), page_number=page_number,
     )
     warnings, capped = cap_future_datestamps(page)
+    warnings = noticed + warnings
     rows, quarantined = page_rows(page, metadata_prefix=source.metadata_prefix, window_start=window.start, window_end=window.end)
     staging.write_page(
         rows, next_token=None, complete_list_size=None, response_date=None, warnings=warnings, quarantined=quarantined + capped,

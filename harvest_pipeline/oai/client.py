@@ -272,12 +272,13 @@ class OAIClient:
         ):
             yield from page.records
 
-    def get_record(self, identifier: str, metadata_prefix: str) -> HarvestedRecord:
-        """GetRecord. idDoesNotExist raises IdDoesNotExist."""
+    def get_record(self, identifier: str, metadata_prefix: str, *, warnings: list[str] | None = None) -> HarvestedRecord:
+        """GetRecord. idDoesNotExist raises IdDoesNotExist. What the parser noticed (a repaired
+        response, for example) is appended to `warnings`."""
         url, content, _ = self._get(
             {"verb": "GetRecord", "identifier": identifier, "metadataPrefix": metadata_prefix}
         )
-        return parse_get_record(content, url)
+        return parse_get_record(content, url, warnings=warnings)
 
     # ---------------------------------------------------------------------------- paging
 

@@ -49,6 +49,25 @@ def test_records_job_fetches_each_identifier_and_reports_unknown_ones(demo, db_p
     assert (meta["updated"], meta["unchanged"], meta["not_found"]) == (1, 1, 1)
 
 
+def test_a_reharvest_reports_what_its_getrecord_responses_needed(demo, db_path):
+    # A GetRecord response with characters XML 1.0 forbids is repaired; the re-harvest's report,
+    # the job's output and its metadata say so, naming the record (they said nothing before).
+    source = demo_source(demo)
+    harvest_window(source, day_window(2), db_path=db_path)
+    a, b = sorted(live_identifiers(db_path))[:2]
+    demo.set_options(control_chars=1)  # every record's title carries two such characters
+    with dg.instance_for_test() as instance:
+        result = build_definitions([source]).resolve_job_def(RECORDS_JOB).execute_in_process(
+            instance=instance, run_config=records_run_config("demo", [a, b]),
+        )
+    assert result.success
+    out = result.output_for_node(RECORDS_OP)
+    assert out["actions"] == {a: "unchanged", b: "unchanged"}  # the repair restores the record as stored
+    repaired = [w for w in out["warnings"] if "removed 2 character(s) illegal in XML 1.0" in w]
+    assert sorted(w.split(": repaired the response")[0] for w in repaired) == [f"GetRecord {a}", f"GetRecord {b}"]
+    [step] = [e for e in result.all_events if e.event_type_value == "STEP_OUTPUT"]
+    assert all(w in step.step_output_data.metadata["warnings"].value for w in repaired)
+
 def test_a_reharvest_merged_again_after_running_out_of_memory_says_so(tmp_path, db_path, sources_file, monkeypatch, capsys):
     # The re-harvest merges through the window's run_write: a merge whose writes run out of memory
     # at the lower limit (store/merge_memory.py; forced here with 4 MB) is merged again, and the
