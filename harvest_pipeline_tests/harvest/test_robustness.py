@@ -87,6 +87,17 @@ def test_a_broken_record_is_quarantined_then_recovered_alone(demo, db_path, clea
     assert content(db_path) == clean
 
 
+def test_a_record_fetched_again_alone_reports_what_its_getrecord_response_needed(demo, db_path):
+    # The GetRecord response of a record recovered alone is repaired too (control characters in
+    # every record): the window's warnings say so for that record, not only for the list pages.
+    demo.set_options(broken_record_every=1, control_chars=1)
+    report = harvest(demo, db_path)
+    assert report.status == ledger.VERIFIED
+    recovered = [w.split()[1].rstrip(":") for w in report.warnings if w.endswith("fetched again alone with GetRecord")]
+    repaired = [w.split()[1].rstrip(":") for w in report.warnings
+                if w.startswith("GetRecord ") and "removed 2 character(s) illegal in XML 1.0" in w]
+    assert recovered and repaired == recovered
+
 def test_a_page_cut_in_the_middle_is_fetched_again(demo, db_path, clean):
     demo.set_options(malformed_page_every=2)
     report = harvest(demo, db_path)
