@@ -35,7 +35,7 @@ from harvest_pipeline.harvest.window import Window
 from harvest_pipeline.pages import HarvestedRecord, ListPage, ResumptionInfo
 from harvest_pipeline.sources import SourceConfig
 from harvest_pipeline.store import connect as store_connect
-from harvest_pipeline.store.backend import WriteWorthRetrying, run_write
+from harvest_pipeline.store.backend import noting_retries, run_write
 from harvest_pipeline.store.history import actions_for_attempt
 from harvest_pipeline.store.merge import MergeCounts, merge_staging
 from harvest_pipeline.store.staging import StagingWindow
@@ -134,18 +134,15 @@ def harvest_selected(
         merged_again: list[str] = []  # why an earlier attempt of this merge was rolled back
 
         def merge(con):
-            try:
-                counts = merge_staging(
-                    con, staging.path, source_id=source.id, window_start=window.start, window_end=window.end,
-                    run_id=run_id, attempt_id=attempt_id,
-                )
-            except WriteWorthRetrying as exc:
-                merged_again.append(str(exc))
-                raise
+            counts = merge_staging(
+                con, staging.path, source_id=source.id, window_start=window.start, window_end=window.end,
+                run_id=run_id, attempt_id=attempt_id,
+            )
             return counts, actions_for_attempt(con, source.id, attempt_id)
 
         # run_write: one transaction, run again when worth it (a large merge's writes out of memory).
-        counts, actions = run_write(connect, merge, what=f"source {source.id}, re-harvest of {window.key}: merge", log=log)
+        counts, actions = run_write(connect, noting_retries(merge, merged_again),
+                                    what=f"source {source.id}, re-harvest of {window.key}: merge", log=log)
         warnings += [f"merged twice: {why}" for why in merged_again]
     finally:
         staging.remove()

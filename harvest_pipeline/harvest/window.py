@@ -31,7 +31,7 @@ from harvest_pipeline.sources import SourceConfig
 from harvest_pipeline.sources.registry import TraversalLimits
 from harvest_pipeline.store import connect as store_connect
 from harvest_pipeline.store import ledger
-from harvest_pipeline.store.backend import WriteWorthRetrying, run_write
+from harvest_pipeline.store.backend import noting_retries, run_write
 from harvest_pipeline.store.merge import LARGE_WINDOW_ROWS, MergeCounts
 from harvest_pipeline.store.merge_group import StagedWindow
 from harvest_pipeline.store.staging import STAGING_COMMIT_SECONDS, StagingWindow, staging_commit_rows, staging_path
@@ -344,14 +344,6 @@ class WindowHarvest:
 
             merged_again: list[str] = []  # why an earlier attempt of this merge was rolled back
 
-            def merge(con):
-                try:
-                    counts = staged.merge_alone(con)
-                except WriteWorthRetrying as exc:  # run_write runs it again: the window's row says why
-                    merged_again.append(str(exc))
-                    raise
-                return finish(con, counts)
-
             def finish(con, counts):
                 crashpoint("mid-merge")
                 warnings = list(cursor.warnings)
@@ -387,6 +379,8 @@ class WindowHarvest:
                 )
                 return counts, warnings, checks, status
 
+            # run_write runs a merge again when its writes ran out of memory: the window's row says why.
+            merge = noting_retries(lambda con: finish(con, staged.merge_alone(con)), merged_again)
             what = f"source {source.id}, window {window.key}: merge"
             if self.writer is not None and staged.received <= LARGE_WINDOW_ROWS:
                 # With the other sources' windows that end now, in one transaction (harvest/grouped_writes.py).

@@ -320,6 +320,18 @@ class WriteWorthRetrying(Exception):
     cause is the error. `run_write` runs it again once."""
 
 
+def noting_retries(body: Callable[[duckdb.DuckDBPyConnection], T], why: list[str]) -> Callable[[duckdb.DuckDBPyConnection], T]:
+    """`body` for `run_write`, appending to `why` the reason of each attempt rolled back to be run
+    again (a report then says "merged twice: <why>")."""
+    def attempt(con: duckdb.DuckDBPyConnection) -> T:
+        try:
+            return body(con)
+        except WriteWorthRetrying as exc:
+            why.append(str(exc))
+            raise
+    return attempt
+
+
 def run_write(
     connect: Callable[[], AbstractContextManager[duckdb.DuckDBPyConnection]],
     body: Callable[[duckdb.DuckDBPyConnection], T],
