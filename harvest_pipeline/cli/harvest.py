@@ -341,7 +341,7 @@ def _run_selected(defs, source_id: str, identifiers: list[str]) -> int:
             print(f"  {identifier.ljust(width)}  NOT FETCHED (stopped before its GetRecord)")
         else:
             print(f"  {identifier.ljust(width)}  {out['actions'].get(identifier, '?')}")
-    for warning in out.get("warnings", ()):
+    for warning in out["warnings"]:
         print(f"  warning: {warning}")
     if out["stopped_by"]:
         print(f"{source_id}: stopped by {stop.signal_name(out['stopped_by'])}; the records fetched are merged: run the "

@@ -131,7 +131,7 @@ def harvest_selected(
         warnings = list(staging.cursor().warnings) + lister.drain_warnings()
         staging.close()
 
-        merged_again: list[str] = []  # why an earlier attempt of this merge was rolled back
+        merged_again: list[str] = []  # "merged twice: …" when an earlier attempt was rolled back
 
         def merge(con):
             counts = merge_staging(
@@ -143,7 +143,7 @@ def harvest_selected(
         # run_write: one transaction, run again when worth it (a large merge's writes out of memory).
         counts, actions = run_write(connect, noting_retries(merge, merged_again),
                                     what=f"source {source.id}, re-harvest of {window.key}: merge", log=log)
-        warnings += [f"merged twice: {why}" for why in merged_again]
+        warnings += merged_again
     finally:
         staging.remove()
     return SelectedReport(

@@ -342,12 +342,12 @@ class WindowHarvest:
             staged = StagedWindow(staging.path, source.id, window.start, window.end, run_id, cursor.attempt_id,
                                   received=cursor.received + cursor.quarantined_unparsed)
 
-            merged_again: list[str] = []  # why an earlier attempt of this merge was rolled back
+            merged_again: list[str] = []  # "merged twice: …" when an earlier attempt was rolled back
 
             def finish(con, counts):
                 crashpoint("mid-merge")
                 warnings = list(cursor.warnings)
-                warnings += [f"merged twice: {why}" for why in merged_again]
+                warnings += merged_again
                 if outside and not full:
                     warnings.append(f"{outside} records had datestamps outside the requested window (kept)")
                 if counts.quarantined:

@@ -320,14 +320,14 @@ class WriteWorthRetrying(Exception):
     cause is the error. `run_write` runs it again once."""
 
 
-def noting_retries(body: Callable[[duckdb.DuckDBPyConnection], T], why: list[str]) -> Callable[[duckdb.DuckDBPyConnection], T]:
-    """`body` for `run_write`, appending to `why` the reason of each attempt rolled back to be run
-    again (a report then says "merged twice: <why>")."""
+def noting_retries(body: Callable[[duckdb.DuckDBPyConnection], T], warnings: list[str]) -> Callable[[duckdb.DuckDBPyConnection], T]:
+    """A merge's `body` for `run_write` that appends to `warnings` the line its report carries
+    ("merged twice: <why>") for each attempt rolled back to be run again."""
     def attempt(con: duckdb.DuckDBPyConnection) -> T:
         try:
             return body(con)
         except WriteWorthRetrying as exc:
-            why.append(str(exc))
+            warnings.append(f"merged twice: {exc}")
             raise
     return attempt
 

@@ -98,6 +98,7 @@ def test_a_record_fetched_again_alone_reports_what_its_getrecord_response_needed
                 if w.startswith("GetRecord ") and "removed 2 character(s) illegal in XML 1.0" in w]
     assert recovered and repaired == recovered
 
+
 def test_a_page_cut_in_the_middle_is_fetched_again(demo, db_path, clean):
     demo.set_options(malformed_page_every=2)
     report = harvest(demo, db_path)

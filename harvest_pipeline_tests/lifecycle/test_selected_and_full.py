@@ -68,6 +68,7 @@ def test_a_reharvest_reports_what_its_getrecord_responses_needed(demo, db_path):
     [step] = [e for e in result.all_events if e.event_type_value == "STEP_OUTPUT"]
     assert all(w in step.step_output_data.metadata["warnings"].value for w in repaired)
 
+
 def test_a_reharvest_merged_again_after_running_out_of_memory_says_so(tmp_path, db_path, sources_file, monkeypatch, capsys):
     # The re-harvest merges through the window's run_write: a merge whose writes run out of memory
     # at the lower limit (store/merge_memory.py; forced here with 4 MB) is merged again, and the
@@ -103,6 +104,7 @@ def test_a_reharvest_merged_again_after_running_out_of_memory_says_so(tmp_path, 
     with connect(db_path) as con:
         by_reharvest = con.execute("SELECT count(*) FROM record_history WHERE attempt_id LIKE 'selected:%'").fetchone()[0]
     assert by_reharvest == len(identifiers)  # one version each: the rolled-back attempt left nothing
+
 
 def test_a_record_the_server_no_longer_knows_is_left_untouched(demo, db_path):
     source = demo_source(demo)
