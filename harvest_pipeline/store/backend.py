@@ -244,14 +244,65 @@ def query_in_place(con: duckdb.DuckDBPyConnection, sql: str, params: list) -> du
     return con.execute(f"SELECT * FROM {pg_rows(_inlined(sql, params))}")
 
 
-def upsert_in_place(con: duckdb.DuckDBPyConnection, sql: str, params: list) -> None:
-    """Run a `MERGE INTO` on one key where it is cheap: in PostgreSQL itself (15 or later, which has
-    MERGE), on the table's primary key, inside the transaction; as it is elsewhere. DuckDB's MERGE
-    into an attached PostgreSQL table copies the table's whole key columns to join them."""
-    if dialect(con) != POSTGRES or not _has_merge(con):
-        con.execute(sql, params)
-        return
-    con.execute(pg_execute_sql(_inlined(sql, params)))
+@dataclass(frozen=True)
+class Upsert:
+    """An upsert of one row on its key, declared once and run as each catalogue runs it best.
+
+    `row` is the SELECT list that names the row's values (`?` parameters) as the columns of
+    `excluded`; `update` is the SET list for a stored key; `insert` maps each inserted column to
+    its value (for a new key). See :func:`upsert_in_place`."""
+
+    table: str
+    row: str
+    key: tuple[str, ...]
+    update: str
+    insert: dict[str, str]
+    in_postgres: bool = True  # False: the text uses DuckDB's functions (date_diff); PostgreSQL gets DuckDB's MERGE
+
+    @property
+    def _on(self) -> str:
+        return " AND ".join(f"{self.table}.{k} = excluded.{k}" for k in self.key)
+
+    def merge_sql(self) -> str:
+        return (f"MERGE INTO {self.table} USING (SELECT {self.row}) AS excluded ON {self._on}"
+                f" WHEN MATCHED THEN UPDATE SET {self.update}"
+                f" WHEN NOT MATCHED THEN INSERT ({', '.join(self.insert)}) VALUES ({', '.join(self.insert.values())})")
+
+    def update_sql(self) -> str:
+        return f"UPDATE {self.table} SET {self.update} FROM (SELECT {self.row}) AS excluded WHERE {self._on}"
+
+    def insert_sql(self) -> str:
+        return (f"INSERT INTO {self.table} ({', '.join(self.insert)})"
+                f" SELECT {', '.join(self.insert.values())} FROM (SELECT {self.row}) AS excluded")
+
+
+def copied(*columns: str) -> dict[str, str]:
+    """An `Upsert.insert` that takes these columns as `excluded` has them."""
+    return {c: f"excluded.{c}" for c in columns}
+
+
+def upsert_in_place(con: duckdb.DuckDBPyConnection, upsert: Upsert, params: list) -> None:
+    """Run `upsert` (its `row`'s parameters: `params`) in the caller's transaction.
+
+    - PostgreSQL (15 or later, which has MERGE): a MERGE in PostgreSQL itself, on the table's
+      primary key. DuckDB's MERGE into an attached PostgreSQL table copies its key columns to join them.
+    - The embedded file: an UPDATE, then an INSERT if it changed no row. DuckDB 1.5's MERGE (and
+      INSERT .. ON CONFLICT) holds about 0.9 MB per statement that inserts until the transaction
+      ends: a batch run's catalogue writer, which puts a hundred windows' ledger rows in one
+      transaction, ran out of its 128 MB and wrote the group again one by one. The two statements
+      hold nothing on one DuckDB thread (as batch runs set it) and cost less CPU; on more threads
+      the INSERT holds the same, but there a writer's groups are one source's few writes.
+    - DuckLake (no keys), PostgreSQL before 15 and an upsert whose text is DuckDB's only: DuckDB's MERGE.
+    """
+    kind = dialect(con)
+    if kind == POSTGRES and upsert.in_postgres and _has_merge(con):
+        con.execute(pg_execute_sql(_inlined(upsert.merge_sql(), params)))
+    elif kind == EMBEDDED:
+        (changed,) = con.execute(upsert.update_sql(), params).fetchone()
+        if not changed:
+            con.execute(upsert.insert_sql(), params)
+    else:
+        con.execute(upsert.merge_sql(), params)
 
 
 def _inlined(sql: str, params: list) -> str:

@@ -1,9 +1,10 @@
 """The window ledger (`harvest_windows`) and per-source state (`source_state`, the watermark).
 
-Upserts are MERGE INTO on the key, not INSERT .. ON CONFLICT: the same statement then runs on the
-embedded file, on PostgreSQL and on DuckLake (which has no keys to conflict on). The ones a window
-or a sensor tick makes run in PostgreSQL itself there (`upsert_in_place`): DuckDB's MERGE would
-copy the table's key columns, and the ledger grows by a row per window.
+Upserts are declared once (`backend.Upsert`: the row, its key, what changes) and run as each
+catalogue runs them best (`upsert_in_place`): in the embedded file an UPDATE then, for a new key,
+an INSERT; in PostgreSQL a MERGE in PostgreSQL itself (DuckDB's MERGE would copy the table's key
+columns, and the ledger grows by a row per window); in DuckLake, which has no keys to conflict
+on, DuckDB's MERGE.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import duckdb
 
 from harvest_pipeline.http.redaction import redact_text
-from harvest_pipeline.store.backend import upsert_in_place
+from harvest_pipeline.store.backend import Upsert, copied, upsert_in_place
 from harvest_pipeline.store.clock import to_naive_utc, utcnow
 
 # Window statuses. Only VERIFIED and UNPROVEN let the watermark pass.
@@ -61,6 +62,20 @@ class WindowRow:
 _WINDOW_COLUMNS = [f for f in WindowRow.__dataclass_fields__]
 
 
+_BEGIN_WINDOW = Upsert(
+    "harvest_windows",
+    row="?::VARCHAR AS source_id, ?::TIMESTAMP AS window_start, ?::TIMESTAMP AS window_end, ?::VARCHAR AS partition_key,"
+        " ?::VARCHAR AS run_id, ?::VARCHAR AS from_param, ?::VARCHAR AS until_param, ?::TIMESTAMP AS started_at",
+    key=("source_id", "window_start"),
+    update="window_end = excluded.window_end, partition_key = excluded.partition_key, status = 'running',"
+           " run_id = excluded.run_id, attempts = harvest_windows.attempts + 1, from_param = excluded.from_param,"
+           " until_param = excluded.until_param, started_at = excluded.started_at, finished_at = NULL, error = NULL,"
+           " retry_not_before = NULL",
+    insert={**copied("source_id", "window_start", "window_end", "partition_key"), "status": "'running'",
+            **copied("run_id"), "attempts": "1", **copied("from_param", "until_param", "started_at")},
+)
+
+
 def begin_window(
     con: duckdb.DuckDBPyConnection,
     *,
@@ -73,24 +88,7 @@ def begin_window(
     until_param: str,
 ) -> None:
     upsert_in_place(
-        con,
-        """
-        MERGE INTO harvest_windows USING (
-            SELECT ?::VARCHAR AS source_id, ?::TIMESTAMP AS window_start, ?::TIMESTAMP AS window_end,
-                   ?::VARCHAR AS partition_key, ?::VARCHAR AS run_id, ?::VARCHAR AS from_param,
-                   ?::VARCHAR AS until_param, ?::TIMESTAMP AS started_at
-        ) AS excluded
-        ON harvest_windows.source_id = excluded.source_id AND harvest_windows.window_start = excluded.window_start
-        WHEN MATCHED THEN UPDATE SET
-            window_end = excluded.window_end, partition_key = excluded.partition_key, status = 'running',
-            run_id = excluded.run_id, attempts = harvest_windows.attempts + 1,
-            from_param = excluded.from_param, until_param = excluded.until_param,
-            started_at = excluded.started_at, finished_at = NULL, error = NULL, retry_not_before = NULL
-        WHEN NOT MATCHED THEN INSERT (source_id, window_start, window_end, partition_key, status, run_id,
-                                      attempts, from_param, until_param, started_at)
-            VALUES (excluded.source_id, excluded.window_start, excluded.window_end, excluded.partition_key,
-                    'running', excluded.run_id, 1, excluded.from_param, excluded.until_param, excluded.started_at)
-        """,
+        con, _BEGIN_WINDOW,
         [source_id, to_naive_utc(window_start), to_naive_utc(window_end), partition_key, run_id, from_param, until_param, utcnow()],
     )
 
@@ -110,32 +108,30 @@ def finish_window(con: duckdb.DuckDBPyConnection, *, source_id: str, window_star
     )
 
 
+_END_WINDOW = Upsert(
+    "harvest_windows",
+    row="?::VARCHAR AS source_id, ?::TIMESTAMP AS window_start, ?::TIMESTAMP AS window_end, ?::VARCHAR AS partition_key,"
+        " ?::VARCHAR AS status, ?::VARCHAR AS error, ?::TIMESTAMP AS started_at, ?::TIMESTAMP AS finished_at,"
+        " ?::TIMESTAMP AS retry_not_before, ?::VARCHAR AS response_date",
+    key=("source_id", "window_start"),
+    update="status = excluded.status, error = excluded.error, finished_at = excluded.finished_at,"
+           " retry_not_before = excluded.retry_not_before,"
+           " response_date = coalesce(excluded.response_date, harvest_windows.response_date),"
+           " attempts = CASE WHEN harvest_windows.status = 'running' THEN harvest_windows.attempts"
+           " ELSE harvest_windows.attempts + 1 END,"
+           " seconds = date_diff('millisecond', harvest_windows.started_at, excluded.finished_at) / 1000.0",
+    insert={**copied("source_id", "window_start", "window_end", "partition_key", "status"), "attempts": "1",
+            **copied("error", "started_at", "finished_at", "retry_not_before", "response_date")},
+    in_postgres=False,  # date_diff
+)
+
+
 def _end_window(con, *, source_id: str, window, status: str, error: str, retry_not_before=None, response_date=None) -> None:
     """Record a window that ended without a verdict; inserts the row if the harvest never began."""
     now = utcnow()
     error = redact_text(error)  # no configured secret is ever stored, whatever the server echoed
-    con.execute(
-        """
-        MERGE INTO harvest_windows USING (
-            SELECT ?::VARCHAR AS source_id, ?::TIMESTAMP AS window_start, ?::TIMESTAMP AS window_end,
-                   ?::VARCHAR AS partition_key, ?::VARCHAR AS status, ?::VARCHAR AS error,
-                   ?::TIMESTAMP AS started_at, ?::TIMESTAMP AS finished_at, ?::TIMESTAMP AS retry_not_before,
-                   ?::VARCHAR AS response_date
-        ) AS excluded
-        ON harvest_windows.source_id = excluded.source_id AND harvest_windows.window_start = excluded.window_start
-        WHEN MATCHED THEN UPDATE SET
-            status = excluded.status, error = excluded.error, finished_at = excluded.finished_at,
-            retry_not_before = excluded.retry_not_before,
-            response_date = coalesce(excluded.response_date, harvest_windows.response_date),
-            attempts = CASE WHEN harvest_windows.status = 'running' THEN harvest_windows.attempts
-                            ELSE harvest_windows.attempts + 1 END,
-            seconds = date_diff('millisecond', harvest_windows.started_at, excluded.finished_at) / 1000.0
-        WHEN NOT MATCHED THEN INSERT (source_id, window_start, window_end, partition_key, status, attempts,
-                                      error, started_at, finished_at, retry_not_before, response_date)
-            VALUES (excluded.source_id, excluded.window_start, excluded.window_end, excluded.partition_key,
-                    excluded.status, 1, excluded.error, excluded.started_at, excluded.finished_at,
-                    excluded.retry_not_before, excluded.response_date)
-        """,
+    upsert_in_place(
+        con, _END_WINDOW,
         [source_id, to_naive_utc(window.start), to_naive_utc(window.end), window.key, status, error[:4000],
          now, now, to_naive_utc(retry_not_before), response_date],
     )
@@ -179,38 +175,32 @@ def get_watermark(con: duckdb.DuckDBPyConnection, source_id: str) -> datetime | 
     return row[0] if row else None
 
 
+_SET_WATERMARK = Upsert(
+    "source_state",
+    row="?::VARCHAR AS source_id, ?::TIMESTAMP AS watermark, ?::TIMESTAMP AS updated_at",
+    key=("source_id",),
+    update="watermark = excluded.watermark, updated_at = excluded.updated_at",
+    insert=copied("source_id", "watermark", "updated_at"),
+)
+
+
 def set_watermark(con: duckdb.DuckDBPyConnection, source_id: str, watermark: datetime) -> None:
-    upsert_in_place(
-        con,
-        """
-        MERGE INTO source_state USING (
-            SELECT ?::VARCHAR AS source_id, ?::TIMESTAMP AS watermark, ?::TIMESTAMP AS updated_at
-        ) AS excluded ON source_state.source_id = excluded.source_id
-        WHEN MATCHED THEN UPDATE SET watermark = excluded.watermark, updated_at = excluded.updated_at
-        WHEN NOT MATCHED THEN INSERT (source_id, watermark, updated_at)
-            VALUES (excluded.source_id, excluded.watermark, excluded.updated_at)
-        """,
-        [source_id, to_naive_utc(watermark), utcnow()],
-    )
+    upsert_in_place(con, _SET_WATERMARK, [source_id, to_naive_utc(watermark), utcnow()])
+
+
+_RECORD_IDENTIFY = Upsert(
+    "source_state",
+    row="?::VARCHAR AS source_id, ?::VARCHAR AS granularity, ?::VARCHAR AS earliest_datestamp,"
+        " ?::VARCHAR AS deleted_record, ?::TIMESTAMP AS updated_at",
+    key=("source_id",),
+    update="granularity = excluded.granularity, earliest_datestamp = excluded.earliest_datestamp,"
+           " deleted_record = excluded.deleted_record, updated_at = excluded.updated_at",
+    insert=copied("source_id", "granularity", "earliest_datestamp", "deleted_record", "updated_at"),
+)
 
 
 def record_identify(con: duckdb.DuckDBPyConnection, source_id: str, *, granularity: str, earliest_datestamp: str, deleted_record: str) -> None:
-    upsert_in_place(
-        con,
-        """
-        MERGE INTO source_state USING (
-            SELECT ?::VARCHAR AS source_id, ?::VARCHAR AS granularity, ?::VARCHAR AS earliest_datestamp,
-                   ?::VARCHAR AS deleted_record, ?::TIMESTAMP AS updated_at
-        ) AS excluded ON source_state.source_id = excluded.source_id
-        WHEN MATCHED THEN UPDATE SET granularity = excluded.granularity,
-            earliest_datestamp = excluded.earliest_datestamp, deleted_record = excluded.deleted_record,
-            updated_at = excluded.updated_at
-        WHEN NOT MATCHED THEN INSERT (source_id, granularity, earliest_datestamp, deleted_record, updated_at)
-            VALUES (excluded.source_id, excluded.granularity, excluded.earliest_datestamp,
-                    excluded.deleted_record, excluded.updated_at)
-        """,
-        [source_id, granularity, earliest_datestamp, deleted_record, utcnow()],
-    )
+    upsert_in_place(con, _RECORD_IDENTIFY, [source_id, granularity, earliest_datestamp, deleted_record, utcnow()])
 
 
 def get_quirks(con: duckdb.DuckDBPyConnection, source_id: str) -> set[str]:

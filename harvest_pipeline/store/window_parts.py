@@ -16,7 +16,7 @@ from typing import Any
 import duckdb
 
 from harvest_pipeline.http.redaction import redact_text
-from harvest_pipeline.store.backend import upsert_in_place
+from harvest_pipeline.store.backend import Upsert, copied, upsert_in_place
 from harvest_pipeline.store.clock import to_naive_utc, utcnow
 
 # Outcome columns a leaf sub-window contributes to its window's row (summed).
@@ -39,6 +39,34 @@ class PartState:
     split_reason: str | None
 
 
+_PART_KEY = ("source_id", "part_start", "part_end")
+_PART_ROW = ("?::VARCHAR AS source_id, ?::TIMESTAMP AS window_start, ?::TIMESTAMP AS part_start,"
+             " ?::TIMESTAMP AS part_end, ?::INTEGER AS depth, ?::VARCHAR AS part_key")
+_BEGIN_PART = Upsert(
+    "harvest_window_parts",
+    row=_PART_ROW + ", ?::VARCHAR AS run_id, ?::VARCHAR AS from_param, ?::VARCHAR AS until_param, ?::TIMESTAMP AS started_at",
+    key=_PART_KEY,
+    update="status = 'running', run_id = excluded.run_id, attempts = harvest_window_parts.attempts + 1,"
+           " from_param = excluded.from_param, until_param = excluded.until_param, started_at = excluded.started_at,"
+           " finished_at = NULL, error = NULL, retry_not_before = NULL",
+    insert={**copied("source_id", "window_start", "part_start", "part_end", "depth", "part_key"), "status": "'running'",
+            **copied("run_id"), "attempts": "1", **copied("from_param", "until_param", "started_at")},
+)
+_END_PART = Upsert(
+    "harvest_window_parts",
+    row=_PART_ROW + ", ?::VARCHAR AS status, ?::VARCHAR AS error, ?::TIMESTAMP AS started_at,"
+        " ?::TIMESTAMP AS finished_at, ?::TIMESTAMP AS retry_not_before, ?::VARCHAR AS response_date",
+    key=_PART_KEY,
+    update="status = excluded.status, error = excluded.error, finished_at = excluded.finished_at,"
+           " retry_not_before = excluded.retry_not_before,"
+           " response_date = coalesce(excluded.response_date, harvest_window_parts.response_date),"
+           " seconds = date_diff('millisecond', harvest_window_parts.started_at, excluded.finished_at) / 1000.0",
+    insert={**copied("source_id", "window_start", "part_start", "part_end", "depth", "part_key", "status"),
+            "attempts": "1", **copied("error", "started_at", "finished_at", "retry_not_before", "response_date")},
+    in_postgres=False,  # date_diff
+)
+
+
 class PartLedger:
     """The ledger of one sub-window, with the signatures of :mod:`harvest_pipeline.store.ledger`'s
     window functions, so `harvest_window` writes a sub-window's row the way it writes a window's."""
@@ -51,25 +79,7 @@ class PartLedger:
 
     def begin_window(self, con, *, source_id: str, partition_key: str, run_id: str, from_param, until_param, **_) -> None:
         upsert_in_place(
-            con,
-            """
-            MERGE INTO harvest_window_parts USING (
-                SELECT ?::VARCHAR AS source_id, ?::TIMESTAMP AS window_start, ?::TIMESTAMP AS part_start,
-                       ?::TIMESTAMP AS part_end, ?::INTEGER AS depth, ?::VARCHAR AS part_key, ?::VARCHAR AS run_id,
-                       ?::VARCHAR AS from_param, ?::VARCHAR AS until_param, ?::TIMESTAMP AS started_at
-            ) AS excluded
-            ON harvest_window_parts.source_id = excluded.source_id AND harvest_window_parts.part_start = excluded.part_start
-               AND harvest_window_parts.part_end = excluded.part_end
-            WHEN MATCHED THEN UPDATE SET
-                status = 'running', run_id = excluded.run_id, attempts = harvest_window_parts.attempts + 1,
-                from_param = excluded.from_param, until_param = excluded.until_param,
-                started_at = excluded.started_at, finished_at = NULL, error = NULL, retry_not_before = NULL
-            WHEN NOT MATCHED THEN INSERT (source_id, window_start, part_start, part_end, depth, part_key, status,
-                                          run_id, attempts, from_param, until_param, started_at)
-                VALUES (excluded.source_id, excluded.window_start, excluded.part_start, excluded.part_end,
-                        excluded.depth, excluded.part_key, 'running', excluded.run_id, 1, excluded.from_param,
-                        excluded.until_param, excluded.started_at)
-            """,
+            con, _BEGIN_PART,
             [source_id, self.window_start, self.part_start, self.part_end, self.depth, partition_key, run_id,
              from_param, until_param, utcnow()],
         )
@@ -85,27 +95,8 @@ class PartLedger:
 
     def _end(self, con, *, source_id: str, window, status: str, error: str, retry_not_before=None, response_date=None) -> None:
         now = utcnow()
-        con.execute(
-            """
-            MERGE INTO harvest_window_parts USING (
-                SELECT ?::VARCHAR AS source_id, ?::TIMESTAMP AS window_start, ?::TIMESTAMP AS part_start,
-                       ?::TIMESTAMP AS part_end, ?::INTEGER AS depth, ?::VARCHAR AS part_key, ?::VARCHAR AS status,
-                       ?::VARCHAR AS error, ?::TIMESTAMP AS started_at, ?::TIMESTAMP AS finished_at,
-                       ?::TIMESTAMP AS retry_not_before, ?::VARCHAR AS response_date
-            ) AS excluded
-            ON harvest_window_parts.source_id = excluded.source_id AND harvest_window_parts.part_start = excluded.part_start
-               AND harvest_window_parts.part_end = excluded.part_end
-            WHEN MATCHED THEN UPDATE SET
-                status = excluded.status, error = excluded.error, finished_at = excluded.finished_at,
-                retry_not_before = excluded.retry_not_before,
-                response_date = coalesce(excluded.response_date, harvest_window_parts.response_date),
-                seconds = date_diff('millisecond', harvest_window_parts.started_at, excluded.finished_at) / 1000.0
-            WHEN NOT MATCHED THEN INSERT (source_id, window_start, part_start, part_end, depth, part_key, status,
-                                          attempts, error, started_at, finished_at, retry_not_before, response_date)
-                VALUES (excluded.source_id, excluded.window_start, excluded.part_start, excluded.part_end,
-                        excluded.depth, excluded.part_key, excluded.status, 1, excluded.error, excluded.started_at,
-                        excluded.finished_at, excluded.retry_not_before, excluded.response_date)
-            """,
+        upsert_in_place(
+            con, _END_PART,
             [source_id, self.window_start, self.part_start, self.part_end, self.depth, window.key, status,
              redact_text(error)[:4000], now, now, to_naive_utc(retry_not_before), response_date],
         )
