@@ -232,8 +232,11 @@ class CSWClient:
         env, _ = parse_search_results(content, url)
         return env.matched
 
-    def get_record_by_id(self, ids, output_schema: str = CSW_NS, element_set: str = "full") -> list[HarvestedRecord]:
-        """GetRecordById (KVP GET); unknown ids are simply absent from the answer."""
+    def get_record_by_id(self, ids, output_schema: str = CSW_NS, element_set: str = "full", *,
+                         warnings: list[str] | None = None) -> list[HarvestedRecord]:
+        """GetRecordById (KVP GET); unknown ids are simply absent from the answer. What the answer's
+        records needed (one skipped without an identifier, an unreadable date) is appended to
+        `warnings` when given."""
         ids = [ids] if isinstance(ids, str) else list(ids)
         if not ids:
             return []
@@ -243,7 +246,7 @@ class CSWClient:
             "service": "CSW", "version": "2.0.2", "request": "GetRecordById", "id": ",".join(ids),
             "outputSchema": output_schema, "elementSetName": element_set,
         })
-        warnings: list[str] = []
+        warnings = [] if warnings is None else warnings
         out = []
         for pos, el in enumerate(parse_get_record_by_id(content, url), start=1):
             rec = to_record(el, warnings, pos)

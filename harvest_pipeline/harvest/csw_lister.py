@@ -11,7 +11,8 @@
 * ``identifiers()``: brief-record pages of everything upstream (for reconciliation);
   ``get_record(identifier)``: GetRecordById (for re-harvests by identifier).
 * No quirks are learned yet; the client adds its transport warnings to each page itself, so
-  ``drain_warnings()`` only returns what came after (a GetRecordById, say).
+  ``drain_warnings()`` only returns what came after: a GetRecordById's retries, and what its
+  answer needed (a record skipped without an identifier, say).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class CswLister:
         self._caps: CswCapabilities | None = None
         self._described: dict | None = None
         self._assumed_cap: int | None = None
+        self._record_warnings: list[str] = []  # what GetRecordById answers needed, until drained
 
     # -- what the server says ---------------------------------------------------------
 
@@ -114,8 +116,10 @@ class CswLister:
         """Nothing to apply: no CSW quirk is learned (see :attr:`quirks`)."""
 
     def drain_warnings(self) -> list[str]:
-        """What the transport went through since the client last put it on a page."""
-        return self.client.transport.drain_warnings()
+        """What the transport went through since the client last put it on a page, and what the
+        GetRecordById answers since then needed, one line each."""
+        drained, self._record_warnings = self._record_warnings, []
+        return self.client.transport.drain_warnings() + drained
 
     # -- windows ----------------------------------------------------------------------
 
@@ -159,8 +163,13 @@ class CswLister:
 
         IdDoesNotExist when the catalogue does not hold it (for re-harvests by identifier).
         """
-        found = [r for r in self.client.get_record_by_id([identifier], output_schema=self.settings.output_schema)
-                 if r.identifier == identifier]
+        noticed: list[str] = []
+        try:
+            found = [r for r in self.client.get_record_by_id([identifier], output_schema=self.settings.output_schema,
+                                                             warnings=noticed)
+                     if r.identifier == identifier]
+        finally:
+            self._record_warnings += [f"GetRecordById {identifier}: {w}" for w in noticed]
         if not found:
             raise IdDoesNotExist("idDoesNotExist", f"the catalogue holds no record {identifier!r}", url=self.client.url)
         return found[0]

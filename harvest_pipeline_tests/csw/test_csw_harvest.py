@@ -263,3 +263,25 @@ def test_get_record_by_identifier_for_re_harvests(shared_demo):
     assert rec.identifier == ident and rec.metadata_xml.startswith("<gmd:MD_Metadata")
     with pytest.raises(IdDoesNotExist, match="holds no record"):
         lister.get_record("oai:demo.harvest:1999-01-01/00000")
+
+
+def test_what_a_getrecordbyid_answer_needed_reaches_the_listers_warnings():
+    """A re-harvest's GetRecordById answer whose record has no identifier (or an unreadable date)
+    says so in the lister's warnings, which reach the re-harvest's report; it was dropped, and the
+    user saw only "holds no record"."""
+    from harvest_pipeline_tests.csw.canned import NS, URL, dc_record, make_client
+
+    def by_id(record: str) -> bytes:
+        return (f'<?xml version="1.0" encoding="UTF-8"?><csw:GetRecordByIdResponse {NS}>{record}'
+                "</csw:GetRecordByIdResponse>").encode()
+
+    client, _ = make_client([by_id(dc_record("")), by_id(dc_record("b", modified="last tuesday"))])
+    lister = CswLister(SourceConfig(id="canned", protocol="csw", url=URL), client=client)
+    with pytest.raises(IdDoesNotExist, match="holds no record"):
+        lister.get_record("a")
+    assert lister.get_record("b").identifier == "b"
+    assert lister.drain_warnings() == [
+        "GetRecordById a: record at position 1 (Record) has no identifier; skipped",
+        "GetRecordById b: record b: unreadable modification date 'last tuesday'",
+    ]
+    assert lister.drain_warnings() == []
