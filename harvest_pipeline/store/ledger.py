@@ -3,8 +3,8 @@
 Upserts are declared once (`backend.Upsert`: the row, its key, what changes) and run as each
 catalogue runs them best (`upsert_in_place`): in the embedded file an UPDATE then, for a new key,
 an INSERT; in PostgreSQL a MERGE in PostgreSQL itself (DuckDB's MERGE would copy the table's key
-columns, and the ledger grows by a row per window); in DuckLake, which has no keys to conflict
-on, DuckDB's MERGE.
+columns, and the ledger grows by a row per window), except a window's end, whose text is DuckDB's;
+in DuckLake, which has no keys to conflict on, DuckDB's MERGE.
 """
 
 from __future__ import annotations
