@@ -36,9 +36,13 @@ log = logging.getLogger(__name__)
 Connect = Callable[[], Any]
 
 # A group's bounds. Its merges' rows: at most what one small window's merge holds (a group of 90
-# windows, 9,000 rows, ran out of DuckDB's 128 MB in the 100-source bench).
+# windows, 9,000 rows, ran out of DuckDB's 128 MB in the 100-source bench). Its writes: DuckDB
+# holds about 0.9 MB per INSERT statement until the commit when it runs on more than one thread
+# (batch runs set one; HARVEST_DUCKDB_THREADS may say otherwise), so 64 writes stay near half of
+# the default 128 MB; on one thread they hold next to nothing (store/backend.py upsert_in_place).
 MAX_GROUP_WINDOWS = 100
 MAX_GROUP_ROWS = LARGE_WINDOW_ROWS
+MAX_GROUP_WRITES = 64
 # The thread ends after this long without writes (a new write starts it again).
 IDLE_SECONDS = 2.0
 
@@ -93,11 +97,15 @@ class GroupedWriter:
             self._run(group)
 
     def _take(self) -> list[_Write]:
-        """The writes waiting, in order, within the group's bounds (one merge per source)."""
+        """The writes waiting, in order, within the group's bounds (one merge per source, at most
+        MAX_GROUP_WRITES writes); the others wait, in order, for the next group."""
         group, later = [], deque()
         sources, rows = set(), 0
         while self._waiting:
             item = self._waiting.popleft()
+            if len(group) >= MAX_GROUP_WRITES:
+                later.append(item)
+                continue
             staged = item.staged
             if staged is not None:
                 if staged.source_id in sources or (sources and (len(sources) >= MAX_GROUP_WINDOWS
