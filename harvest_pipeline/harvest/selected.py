@@ -31,7 +31,7 @@ from harvest_pipeline.harvest import stop
 from harvest_pipeline.harvest.listers import Lister, lister_for
 from harvest_pipeline.harvest.plausibility import cap_future_datestamps
 from harvest_pipeline.harvest.rows import page_rows
-from harvest_pipeline.harvest.window import Window
+from harvest_pipeline.harvest.window import Window, record_format_label
 from harvest_pipeline.pages import HarvestedRecord, ListPage, ResumptionInfo
 from harvest_pipeline.sources import SourceConfig
 from harvest_pipeline.store import connect as store_connect
@@ -162,7 +162,10 @@ def _stage(staging: StagingWindow, source: SourceConfig, window: Window, records
     )
     warnings, capped = cap_future_datestamps(page)
     warnings = noticed + warnings
-    rows, quarantined = page_rows(page, metadata_prefix=source.metadata_prefix, window_start=window.start, window_end=window.end)
+    # The same format label as the window harvest's rows (a CSW source's outputSchema), or the
+    # merge would see every re-harvested record as edited and rewrite it as 'restored'.
+    rows, quarantined = page_rows(page, metadata_prefix=record_format_label(source), window_start=window.start,
+                                  window_end=window.end)
     staging.write_page(
         rows, next_token=None, complete_list_size=None, response_date=None, warnings=warnings, quarantined=quarantined + capped,
     )

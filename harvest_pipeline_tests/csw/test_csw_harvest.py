@@ -256,6 +256,27 @@ def test_settings_the_catalogue_cannot_serve_fail_before_harvesting(shared_demo,
         CswLister(csw_source(shared_demo)).pages(from_param=None, until_param=None, resume_token="abc")
 
 
+def test_a_re_harvest_of_a_stored_csw_record_finds_it_unchanged(shared_demo, db_path):
+    """A record fetched again with GetRecordById is the version the window stored: 'unchanged', its
+    format label kept. The re-harvest labelled it with the OAI default prefix ('oai_dc'), so the
+    merge saw a hand edit, rewrote the row as 'restored' and the next window flipped it back."""
+    from harvest_pipeline.harvest.selected import harvest_selected
+
+    window = day_window(3)
+    source = csw_source(shared_demo, page_size=50)
+    harvest_window(source, window, db_path=db_path)
+    stored = rows(db_path, "geo", "metadata_prefix", "content_hash")
+    picked = sorted(stored)[:2]
+    report = harvest_selected(source, picked, db_path=db_path)
+    assert report.actions == {i: "unchanged" for i in picked}
+    assert rows(db_path, "geo", "metadata_prefix", "content_hash") == stored
+    assert {v[0] for v in stored.values()} == {"csw:http://www.opengis.net/cat/csw/2.0.2"}
+    with connect(db_path) as con:
+        actions = con.execute("SELECT DISTINCT action FROM record_history WHERE source_id = 'geo'").fetchall()
+    assert sorted(a for (a,) in actions) == ["created", "unchanged"]
+    assert harvest_window(source, window, db_path=db_path).counts.unchanged == len(stored)
+
+
 def test_get_record_by_identifier_for_re_harvests(shared_demo):
     lister = CswLister(csw_source(shared_demo, **ISO))
     ident = next(r.identifier for page in lister.identifiers() for r in page.records)
