@@ -18,7 +18,7 @@ def register(sub) -> None:
     h.add_argument("--until", type=parse_day, help="last window start, inclusive (default: the last closed window)")
     h.add_argument(
         "--identifier", dest="identifiers", action="append", metavar="ID",
-        help="re-harvest this record with GetRecord (repeat for more); runs the job harvest_records",
+        help="re-harvest this record with GetRecord (GetRecordById for a CSW source; repeat for more); runs the job harvest_records",
     )
     h.add_argument(
         "--full", action="store_true",
@@ -330,15 +330,16 @@ def _run_selected(defs, source_id: str, identifiers: list[str]) -> int:
         return 1
     out = result.output_for_node(RECORDS_OP)
     print(
-        f"{source_id}: re-harvested {out['fetched']} of {out['requested']} record(s) with GetRecord "
+        f"{source_id}: re-harvested {out['fetched']} of {out['requested']} record(s) with {out['verb']} "
         f"as {out['window']}  (run {result.run_id})"
     )
     width = max(len(i) for i in identifiers)
     for identifier in dict.fromkeys(i.strip() for i in identifiers if i.strip()):
         if identifier in out["not_found"]:
-            print(f"  {identifier.ljust(width)}  NOT FOUND upstream (idDoesNotExist): the local record is left untouched")
+            why = "idDoesNotExist" if out["verb"] == "GetRecord" else f"not in the {out['verb']} answer"
+            print(f"  {identifier.ljust(width)}  NOT FOUND upstream ({why}): the local record is left untouched")
         elif identifier in out["not_fetched"]:
-            print(f"  {identifier.ljust(width)}  NOT FETCHED (stopped before its GetRecord)")
+            print(f"  {identifier.ljust(width)}  NOT FETCHED (stopped before its {out['verb']})")
         else:
             print(f"  {identifier.ljust(width)}  {out['actions'].get(identifier, '?')}")
     for warning in out["warnings"]:

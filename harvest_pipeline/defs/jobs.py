@@ -41,7 +41,7 @@ def _source(sources: dict[str, SourceConfig], source_id: str) -> SourceConfig:
 
 class SelectedRecordsConfig(dg.Config):
     source: str = Field(description="the source's id, as in the sources file")
-    identifiers: list[str] = Field(description="OAI-PMH identifiers to fetch again with GetRecord")
+    identifiers: list[str] = Field(description="identifiers to fetch again (GetRecord; GetRecordById for a CSW source)")
 
 
 class FullHarvestConfig(dg.Config):
@@ -54,7 +54,7 @@ def build_records_job(sources: list[SourceConfig]) -> dg.JobDefinition:
     @dg.op(
         name=RECORDS_OP,
         description=(
-            "GetRecord each configured identifier of the configured source and merge it into the "
+            "Fetch each configured identifier of the configured source again (GetRecord; GetRecordById for CSW) and merge it into the "
             "catalogue (history rows carry this run's id). Identifiers the server does not know are "
             "reported and left untouched locally."
         ),
@@ -80,6 +80,7 @@ def build_records_job(sources: list[SourceConfig]) -> dg.JobDefinition:
         summary = {
             "source": source.id,
             "window": report.window.key,
+            "verb": report.verb,
             "requested": len(report.requested),
             "fetched": report.fetched,
             "not_found": report.not_found,

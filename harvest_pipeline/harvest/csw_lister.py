@@ -176,6 +176,7 @@ class CswLister:
 
     # -- reconciliation ---------------------------------------------------------------
 
+    record_verb = "GetRecordById"  # what get_record() sends
     identifiers_verb = "GetRecords (brief)"  # what served identifiers(), for the reconciliation ledger
 
     def identifiers(self) -> Iterator[ListPage]:

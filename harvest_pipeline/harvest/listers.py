@@ -36,6 +36,7 @@ def transport_kwargs(source: SourceConfig, state_dir: Path | None = None) -> dic
 @runtime_checkable
 class Lister(Protocol):
     identifiers_verb: str | None  # what served the last identifiers() listing (reconciliation ledger)
+    record_verb: str  # what get_record() sends (GetRecord, GetRecordById), as reports name it
 
     def describe(self) -> dict:
         """What the server says about itself, for `source_state` (granularity, earliest, deletions)."""

@@ -125,6 +125,7 @@ class OaiLister:
             yield page
 
     identifiers_verb: str | None = None  # which verb served the last identifiers() listing
+    record_verb = "GetRecord"
 
     def identifiers(self) -> Iterator[ListPage]:
         """Every header of the source (its prefix and set, no from/until), one page at a time.

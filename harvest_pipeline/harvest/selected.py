@@ -62,6 +62,7 @@ class SelectedReport:
     warnings: list[str] = field(default_factory=list)
     not_fetched: list[str] = field(default_factory=list)  # left when a stop was requested
     stopped_by: int | None = None  # the signal that stopped the fetching
+    verb: str = "GetRecord"  # what fetched the records (GetRecordById for CSW)
 
     @property
     def fetched(self) -> int:
@@ -119,12 +120,12 @@ def harvest_selected(
                     not_found.append(identifier)
                 if len(batch) >= PAGE_SIZE:
                     page_number += 1
-                    _stage(staging, source, window, batch, page_number, lister.drain_warnings())
+                    _stage(staging, source, window, batch, page_number, lister.drain_warnings(), lister.record_verb)
                     batch = []
                 if progress is not None:
                     progress({"source_id": source.id, "window": window.key, "fetched": n, "requested": len(requested)})
             if batch:
-                _stage(staging, source, window, batch, page_number + 1, lister.drain_warnings())
+                _stage(staging, source, window, batch, page_number + 1, lister.drain_warnings(), lister.record_verb)
         except HarvestError as exc:
             raise exc.with_context(**ctx, hint="nothing was merged; run the re-harvest again") from None
         # Retries and repaired responses after the last staged batch are reported too.
@@ -149,15 +150,15 @@ def harvest_selected(
     return SelectedReport(
         source_id=source.id, run_id=run_id, window=window, requested=requested, not_found=not_found,
         actions=actions, counts=counts, seconds=time.monotonic() - started, warnings=warnings,
-        not_fetched=not_fetched, stopped_by=stop.requested() if not_fetched else None,
+        not_fetched=not_fetched, stopped_by=stop.requested() if not_fetched else None, verb=lister.record_verb,
     )
 
 
 def _stage(staging: StagingWindow, source: SourceConfig, window: Window, records: list[HarvestedRecord], page_number: int,
-           noticed: list[str]) -> None:
+           noticed: list[str], verb: str) -> None:
     """Stage one batch of fetched records as a page; `noticed`: what fetching them went through."""
     page = ListPage(
-        url=source.url, params={"verb": "GetRecord"}, response_date=None, records=records,
+        url=source.url, params={"verb": verb}, response_date=None, records=records,
         resumption=ResumptionInfo(token=None, present=False), page_number=page_number,
     )
     warnings, capped = cap_future_datestamps(page)

@@ -649,7 +649,7 @@ def _prepared_pages_from(source, window, lister, ahead, *, guards, pages_before,
 
 
 def _fetch_unreadable_again(lister: Lister, page) -> list[str]:
-    """Records unreadable inside a list page are asked for once more, alone (GetRecord).
+    """Records unreadable inside a list page are asked for once more, alone (GetRecord, GetRecordById).
 
     A record that then parses joins the page (its broken copy stays in quarantine, kind
     'recovered', for the audit); one that still fails stays quarantined as unreadable.
@@ -667,7 +667,7 @@ def _fetch_unreadable_again(lister: Lister, page) -> list[str]:
             notes.append(f"record {q.identifier}: unreadable in the list and again alone ({exc.message})")
             continue
         still_broken.append(replace(q, kind="recovered"))
-        notes.append(f"record {q.identifier}: unreadable in the list, fetched again alone with GetRecord")
+        notes.append(f"record {q.identifier}: unreadable in the list, fetched again alone with {lister.record_verb}")
     page.quarantined = still_broken
     return notes
 

@@ -269,6 +269,7 @@ def test_a_re_harvest_of_a_stored_csw_record_finds_it_unchanged(shared_demo, db_
     picked = sorted(stored)[:2]
     report = harvest_selected(source, picked, db_path=db_path)
     assert report.actions == {i: "unchanged" for i in picked}
+    assert report.verb == "GetRecordById"
     assert rows(db_path, "geo", "metadata_prefix", "content_hash") == stored
     assert {v[0] for v in stored.values()} == {"csw:http://www.opengis.net/cat/csw/2.0.2"}
     with connect(db_path) as con:
