@@ -120,12 +120,12 @@ def harvest_selected(
                     not_found.append(identifier)
                 if len(batch) >= PAGE_SIZE:
                     page_number += 1
-                    _stage(staging, source, window, batch, page_number, lister.drain_warnings(), lister.record_verb)
+                    _stage(staging, source, window, batch, page_number, lister)
                     batch = []
                 if progress is not None:
                     progress({"source_id": source.id, "window": window.key, "fetched": n, "requested": len(requested)})
             if batch:
-                _stage(staging, source, window, batch, page_number + 1, lister.drain_warnings(), lister.record_verb)
+                _stage(staging, source, window, batch, page_number + 1, lister)
         except HarvestError as exc:
             raise exc.with_context(**ctx, hint="nothing was merged; run the re-harvest again") from None
         # Retries and repaired responses after the last staged batch are reported too.
@@ -155,14 +155,14 @@ def harvest_selected(
 
 
 def _stage(staging: StagingWindow, source: SourceConfig, window: Window, records: list[HarvestedRecord], page_number: int,
-           noticed: list[str], verb: str) -> None:
-    """Stage one batch of fetched records as a page; `noticed`: what fetching them went through."""
+           lister: Lister) -> None:
+    """Stage one batch of records `lister` fetched as a page, with what fetching them went through."""
     page = ListPage(
-        url=source.url, params={"verb": verb}, response_date=None, records=records,
+        url=source.url, params={"verb": lister.record_verb}, response_date=None, records=records,
         resumption=ResumptionInfo(token=None, present=False), page_number=page_number,
     )
     warnings, capped = cap_future_datestamps(page)
-    warnings = noticed + warnings
+    warnings = lister.drain_warnings() + warnings
     # The same format label as the window harvest's rows (a CSW source's outputSchema), or the
     # merge would see every re-harvested record as edited and rewrite it as 'restored'.
     rows, quarantined = page_rows(page, metadata_prefix=record_format_label(source), window_start=window.start,
