@@ -10,8 +10,9 @@ calling thread.
 
 Guarantees:
 
-- One traversal at a time per source (politeness): the overlap is traversal(N+1) with merge(N),
-  never two traversals.
+- One request at a time per source (politeness): the overlap is traversal(N+1) with merge(N).
+  Window N+1's first request goes out as soon as window N's list has ended, while N's last page
+  is still mapped and committed (harvest/early_start.py); never while N may still ask for a page.
 - Merges in window order, one at a time; `on_window_done` is called once per window, in order,
   from the worker thread, after the window's merge (or with its error).
 - A window that fails is recorded failed (as `harvest_window` records it) and the following
@@ -42,14 +43,18 @@ from typing import Callable, Iterable
 
 from harvest_pipeline.errors import HarvestError
 from harvest_pipeline.harvest import stop
+from harvest_pipeline.harvest.early_start import EarlyFirstPage
 from harvest_pipeline.harvest.grouped_writes import grouped_writer
 from harvest_pipeline.harvest.listers import Lister, lister_for
 from harvest_pipeline.harvest.split import harvest_partition, split_failed_window, split_reason
-from harvest_pipeline.harvest.window import MERGE_SLOTS, Connect, Progress, Window, WindowHarvest, WindowReport
+from harvest_pipeline.harvest.window import (
+    MERGE_SLOTS, Connect, Progress, Window, WindowHarvest, WindowReport, request_bounds,
+)
 from harvest_pipeline.store.backend import DUCKLAKE, catalogue_settings
 from harvest_pipeline.sources import SourceConfig
 from harvest_pipeline.store.ledger import get_quirks
 from harvest_pipeline.store.session import catalogue_connect, process_session
+from harvest_pipeline.store.staging import staging_path
 from harvest_pipeline.store.window_parts import window_state
 
 log = logging.getLogger(__name__)
@@ -127,6 +132,26 @@ def harvest_windows(
     identify_recorded = False
     quirks_known = None  # the stored quirks as the window before read them, plus what it learned
     windows = list(windows)
+    # Each window's first page, asked for when the window before has no more pages to ask for
+    # (harvest/early_start.py): the server then answers while that window's last page is written.
+    early = [EarlyFirstPage() for _ in windows]
+    prior_states: dict = {}
+
+    def begin_next(n: int):
+        if n >= len(windows):
+            return None
+        window = windows[n]
+
+        def on_list_end() -> None:
+            prior = prior_states.get(window.start)
+            if (stop.requested() is not None or (prior is not None and prior.split_into)
+                    or staging_path(db_path, source.id, window.start).exists()):
+                return  # stopped, split before, or resumed from its own cursor: nothing to ask early
+            try:
+                early[n].start(lister, *request_bounds(source, window, lister))
+            except Exception as exc:  # noqa: BLE001 - the window asks for its first page itself
+                log.warning("source %s, window %s: could not ask for its first page early: %s", source.id, window.key, exc)
+        return on_list_end
     try:
         # Which windows split before (their next run goes to their sub-windows), and what earlier
         # runs learned about the server, read once: so even the first window's ledger row is
@@ -134,10 +159,10 @@ def harvest_windows(
         # batch run starts a hundred sources at once, and their rows would otherwise hold back
         # each first request).
         with catalogue() as con:
-            prior_states = {w.start: window_state(con, source.id, w.start) for w in windows}
+            prior_states.update({w.start: window_state(con, source.id, w.start) for w in windows})
             quirks_known = get_quirks(con, source.id)
         lister.apply_quirks(quirks_known)
-        for window in windows:
+        for n, window in enumerate(windows):
             signum = stop.requested()
             if signum is not None:
                 not_started = stop.HarvestStopped(
@@ -156,7 +181,8 @@ def harvest_windows(
                 continue
             # Window N+1's ledger row: by the catalogue writer; without one, in the merge thread after N's merge.
             harvest = WindowHarvest(source, window, record_identify=not identify_recorded, quirks_known=quirks_known,
-                                    submit_begin=merger.submit, writer=writer, **harvest_kw)
+                                    submit_begin=merger.submit, writer=writer, early=early[n],
+                                    on_list_end=begin_next(n + 1), **harvest_kw)
             try:
                 harvest.traverse()
             except HarvestError as exc:
@@ -179,6 +205,8 @@ def harvest_windows(
             quirks_known = _learned(harvest)
             pending.append(merger.submit(merged, harvest))
     finally:
+        for asked in early:
+            asked.discard()  # a first page not taken (a stop, an error): its listing is closed
         merger.shutdown(wait=True)
         if connect is None:
             process_session(db_path).close()  # the file is free for other processes at once

@@ -21,6 +21,7 @@ from harvest_pipeline.errors import (
 )
 from harvest_pipeline.crashpoints import crashpoint
 from harvest_pipeline.harvest.budget import TraversalBudget, bind_time_budget
+from harvest_pipeline.harvest.early_start import EarlyFirstPage, OnListEnd
 from harvest_pipeline.harvest.grouped_writes import GroupedWriter
 from harvest_pipeline.harvest import stop
 from harvest_pipeline.harvest.listers import Lister, lister_for
@@ -232,7 +233,8 @@ class WindowHarvest:
                  connect: Connect | None = None, lister: Lister | None = None, progress: Progress | None = None,
                  full: bool = False, part: PartLedger | None = None, record_identify: bool = True,
                  quirks_known: set[str] | None = None, submit_begin: Callable[[Callable], Future] | None = None,
-                 writer: GroupedWriter | None = None):
+                 writer: GroupedWriter | None = None, early: EarlyFirstPage | None = None,
+                 on_list_end: OnListEnd | None = None):
         self.source, self.window, self.db_path, self.full, self.part = source, window, db_path, full, part
         self.run_id = run_id or uuid.uuid4().hex
         self.connect = connect or (lambda: store_connect(db_path))
@@ -244,6 +246,9 @@ class WindowHarvest:
         self.begun = False  # its ledger row (and Identify, when asked) is written
         self.quirks_known, self.submit_begin, self.writer = quirks_known, submit_begin, writer
         self._begin: Future | None = None
+        # harvest/early_start.py: this window's first page, maybe asked for already; what to do
+        # once its own list has ended (ask for the next window's).
+        self.early, self.on_list_end = early, on_list_end
 
     def traverse(self) -> None:
         """Begin the window and run its token loop until the list ended and is committed."""
@@ -258,9 +263,7 @@ class WindowHarvest:
             lister = self.lister = self.lister or lister_for(source, state_dir=Path(self.db_path).parent / "hosts")
             bind_time_budget(lister, source.traversal, self.started)
             described = lister.describe()
-            # The overlap re-asks for a little before the window, for servers whose indexes lag.
-            overlap = timedelta(seconds=source.overlap_seconds)
-            from_param, until_param = (None, None) if self.full else lister.bounds(window.start - overlap, window.end)
+            from_param, until_param = (None, None) if self.full else request_bounds(source, window, lister)
             self.from_param, self.until_param = from_param, until_param
             request_key = _request_key(source, from_param, until_param)
 
@@ -299,7 +302,8 @@ class WindowHarvest:
             quirks = self.quirks = set(known_quirks)
             while not staging.cursor().closed:
                 try:
-                    _run_token_loop(source, window, lister, staging, from_param, until_param, self.progress, described, quirks)
+                    _run_token_loop(source, window, lister, staging, from_param, until_param, self.progress, described, quirks,
+                                    early=self.early, on_list_end=self.on_list_end)
                 except BadResumptionToken as exc:
                     # Tokens expire: the only safe continuation is the window's from-bound again.
                     if restarts >= MAX_RESTARTS:
@@ -327,6 +331,9 @@ class WindowHarvest:
                     raise behind
         except BaseException as exc:
             self._fail(exc)
+        finally:
+            if self.early is not None:
+                self.early.discard()  # not taken (a resumed cursor, an error before the loop): closed
         self.traversed = True
 
     def merge(self) -> WindowReport:
@@ -540,10 +547,15 @@ def _run_token_loop(
     progress: Progress | None,
     described: dict,
     quirks: set[str],
+    *,
+    early: EarlyFirstPage | None = None,
+    on_list_end: OnListEnd | None = None,
 ) -> None:
     """Fetch pages from the cursor's position until the list ends, committing them in batches.
 
     `quirks`: what the source's server is known to do; quirks this traversal proves are added.
+    `early`: the listing's first page, maybe asked for already (taken only from the start, with
+    the same bounds); `on_list_end`: called once the last page has passed its guards.
 
     Fetching, parsing, guarding and mapping run a page or two ahead in a worker thread
     (`prefetch`); this thread only commits pages, in order, each batch with the token after its
@@ -554,8 +566,9 @@ def _run_token_loop(
     prepared = _prepared_pages(
         source, window, lister,
         # After a stop request the prefetch thread asks for no further page.
-        stop.until_stopped(lister.pages(from_param=from_param, until_param=until_param, resume_token=cursor.token)),
-        guards=guards, pages_before=cursor.pages,
+        stop.until_stopped((early.take(from_param, until_param, cursor.token) if early is not None else None)
+                           or lister.pages(from_param=from_param, until_param=until_param, resume_token=cursor.token)),
+        guards=guards, pages_before=cursor.pages, on_list_end=on_list_end,
         size=cursor.complete_list_size, seconds_granularity="hh" in (described.get("granularity") or ""),
     )
     pages_done, received, size = cursor.pages, cursor.received, cursor.complete_list_size
@@ -610,17 +623,17 @@ def _run_token_loop(
     quirks |= guards.learned
 
 
-def _prepared_pages(source, window, lister, pages, *, guards, pages_before, size, seconds_granularity):
+def _prepared_pages(source, window, lister, pages, *, guards, pages_before, size, seconds_granularity, on_list_end=None):
     """Each page checked by the guards, its unreadable records fetched again, mapped to rows.
 
     Once a page has passed its guards (and its unreadable records were asked for again), the
     next page is requested while this one is mapped (`FetchAhead`)."""
     with FetchAhead(pages) as ahead:
         yield from _prepared_pages_from(source, window, lister, ahead, guards=guards, pages_before=pages_before,
-                                        size=size, seconds_granularity=seconds_granularity)
+                                        size=size, seconds_granularity=seconds_granularity, on_list_end=on_list_end)
 
 
-def _prepared_pages_from(source, window, lister, ahead, *, guards, pages_before, size, seconds_granularity):
+def _prepared_pages_from(source, window, lister, ahead, *, guards, pages_before, size, seconds_granularity, on_list_end):
     while (page := ahead.next()) is not None:
         page.page_number += pages_before
         if size is None:
@@ -637,6 +650,8 @@ def _prepared_pages_from(source, window, lister, ahead, *, guards, pages_before,
         warnings += capped_warnings
         if page.next_token is not None and not guards.list_ended:
             ahead.request_next()
+        elif on_list_end is not None:
+            on_list_end()  # nothing more to ask for in this window: the next one may begin
         # Records from the overlap were asked for: only those outside what we asked count as outside.
         asked_from = window.start - timedelta(seconds=source.overlap_seconds)
         rows, quarantined = page_rows(page, metadata_prefix=record_format_label(source), window_start=asked_from, window_end=window.end)
@@ -646,6 +661,12 @@ def _prepared_pages_from(source, window, lister, ahead, *, guards, pages_before,
         yield page, rows, quarantined + capped, warnings
         if guards.list_ended:
             return  # the guards ended the list on a page that still carried a token
+
+
+def request_bounds(source: SourceConfig, window: Window, lister: Lister) -> tuple[str | None, str | None]:
+    """The from/until a window's listing asks for: the overlap re-asks for a little before the
+    window, for servers whose indexes lag."""
+    return lister.bounds(window.start - timedelta(seconds=source.overlap_seconds), window.end)
 
 
 def _fetch_unreadable_again(lister: Lister, page) -> list[str]:
