@@ -11,8 +11,9 @@ Nothing else changes: the request goes through the same lister, transport and po
 the source still has one request in flight at a time (N's list has ended), and the page is staged
 by N+1's traversal like any other, so a crash loses nothing that was committed. The request is
 only wasted when window N+1 does not start afresh after all (a stop, another run holding it); a
-page that N+1 does not ask for with the same bounds, or whose request failed, is dropped, and N+1
-sends its own request.
+page that N+1 does not ask for with the same bounds is dropped, and N+1 sends its own request. A
+request that failed is N+1's failure, raised in its token loop (the same request, after the same
+retries, would have failed there); it runs under N+1's time budget, bound when it is sent.
 """
 
 from __future__ import annotations
@@ -67,8 +68,8 @@ class EarlyFirstPage:
             return None
         try:
             first, pages = future.result()
-        except Exception:  # noqa: BLE001 - failed early: the window asks again, with its own retries
-            return None
+        except Exception as exc:  # noqa: BLE001 - raised where the window's own request would have raised it
+            return _failed(exc)
         return _chain(first, pages)
 
     def discard(self) -> None:
@@ -83,6 +84,13 @@ class EarlyFirstPage:
 def _close_listing(future: Future) -> None:
     if future.exception() is None:
         future.result()[1].close()
+
+
+def _failed(exc: Exception) -> Iterator[ListPage]:
+    # The answer the window would have had to its own first request (after the transport's
+    # retries): asking again would double the load on a failing server, or ignore its Retry-After.
+    raise exc
+    yield  # a generator: raised at the first next(), inside the window's token loop
 
 
 def _chain(first: ListPage | None, pages: Iterator[ListPage]) -> Iterator[ListPage]:

@@ -35,6 +35,7 @@ No Dagster here: the caller turns reports into events in `on_window_done`.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ from typing import Callable, Iterable
 
 from harvest_pipeline.errors import HarvestError
 from harvest_pipeline.harvest import stop
+from harvest_pipeline.harvest.budget import bind_time_budget
 from harvest_pipeline.harvest.early_start import EarlyFirstPage
 from harvest_pipeline.harvest.grouped_writes import grouped_writer
 from harvest_pipeline.harvest.listers import Lister, lister_for
@@ -148,6 +150,8 @@ def harvest_windows(
                     or staging_path(db_path, source.id, window.start).exists()):
                 return  # stopped, split before, or resumed from its own cursor: nothing to ask early
             try:
+                # The request is the next window's: its time budget, not the one that is ending.
+                bind_time_budget(lister, source.traversal, time.monotonic())
                 early[n].start(lister, *request_bounds(source, window, lister))
             except Exception as exc:  # noqa: BLE001 - the window asks for its first page itself
                 log.warning("source %s, window %s: could not ask for its first page early: %s", source.id, window.key, exc)

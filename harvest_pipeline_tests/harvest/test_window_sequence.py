@@ -224,6 +224,28 @@ def test_a_failing_window_in_the_middle_is_recorded_failed_and_the_next_windows_
     assert not left.exists()
 
 
+def test_a_first_request_refused_while_the_window_before_ends_fails_its_own_window_once(demo40, db_path):
+    """The next window's first request, sent early, is refused (HTTP 429, no retry): that is the next
+    window's failure, as if it had sent it itself, and it is not sent a second time."""
+    demo = demo40
+    # Requests: 1 Identify, two pages a window; the 4th is window 2's first page, asked for early.
+    demo.set_options(fail_every=4, fail_status=429, retry_after="")
+    source = demo_source(demo, http=HttpSettings(max_retries=0))
+    windows = [day_window(n) for n in (4, 3, 2)]
+    requests_before = demo.faults()["requests"]
+
+    outcomes = harvest_windows(source, windows, db_path=db_path)
+
+    assert [o.ok for o in outcomes] == [True, False, True]
+    failed = outcomes[1].error
+    assert "429" in str(failed) and failed.window == windows[1].key and failed.source_id == "demo"
+    assert ledger_rows(db_path, windows)[windows[1].key].status == ledger.FAILED
+    # Identify, window 4's two pages, window 3's refused first page, window 2's two pages: the
+    # refused request was not sent again (that would have been the 5th, and window 2's second the 8th).
+    assert demo.faults()["requests"] - requests_before == 6
+    assert outcomes[2].report.counts.received == window_stats(demo, windows[2])["total"]
+
+
 def test_a_stop_request_stops_the_window_at_a_page_boundary_merges_the_one_before_and_starts_no_later_one(demo, db_path, monkeypatch):
     demo.set_options(slow_ms=50)  # 60 records a day, 25 a page: three pages a day
     monkeypatch.setenv("HARVEST_STAGING_COMMIT_ROWS", "1")  # a commit (and a progress event) per page
