@@ -140,22 +140,11 @@ def harvest_windows(
     prior_states: dict = {}
 
     def begin_next(n: int):
+        """What window n-1 calls once its list has ended (None after the last window)."""
         if n >= len(windows):
             return None
         window = windows[n]
-
-        def on_list_end() -> None:
-            prior = prior_states.get(window.start)
-            if (stop.requested() is not None or (prior is not None and prior.split_into)
-                    or staging_path(db_path, source.id, window.start).exists()):
-                return  # stopped, split before, or resumed from its own cursor: nothing to ask early
-            try:
-                # The request is the next window's: its time budget, not the one that is ending.
-                bind_time_budget(lister, source.traversal, time.monotonic())
-                early[n].start(lister, *request_bounds(source, window, lister))
-            except Exception as exc:  # noqa: BLE001 - the window asks for its first page itself
-                log.warning("source %s, window %s: could not ask for its first page early: %s", source.id, window.key, exc)
-        return on_list_end
+        return lambda: _ask_first_page_early(source, window, lister, db_path, prior_states.get(window.start), early[n])
     try:
         # Which windows split before (their next run goes to their sub-windows), and what earlier
         # runs learned about the server, read once: so even the first window's ledger row is
@@ -218,6 +207,22 @@ def harvest_windows(
     if callback_errors:
         raise callback_errors[0]
     return outcomes
+
+
+def _ask_first_page_early(source: SourceConfig, window: Window, lister: Lister, db_path, prior,
+                          early: EarlyFirstPage) -> None:
+    """Send `window`'s first request now, while the window before it writes its last page; not for
+    a stop, a window that split before (its sub-windows are asked for) or one with a staging folder
+    of its own (it resumes from its cursor)."""
+    if (stop.requested() is not None or (prior is not None and prior.split_into)
+            or staging_path(db_path, source.id, window.start).exists()):
+        return
+    try:
+        # The request is this window's: its time budget, not the one of the window that is ending.
+        bind_time_budget(lister, source.traversal, time.monotonic())
+        early.start(lister, *request_bounds(source, window, lister))
+    except Exception as exc:  # noqa: BLE001 - the window asks for its first page itself
+        log.warning("source %s, window %s: could not ask for its first page early: %s", source.id, window.key, exc)
 
 
 def _learned(harvest: WindowHarvest) -> set[str] | None:
