@@ -287,11 +287,16 @@ class EventRecorder:
         metadata = report_metadata(self.context, report)
         checks = report.checks
         self.context.log_event(dg.AssetMaterialization(asset_key=asset_key, partition=partition_key, metadata=metadata))
-        # Each result points at the window's materialization just stored, as Dagster's own results do.
-        latest = self.context.instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[partition_key]), limit=1,
-        ).records
-        target = materialization_target(latest[0]) if latest else None
+        # Each result points at the window's materialization just stored, as Dagster's own results
+        # do: the project's event log remembers its storage id; any other storage is asked.
+        take = getattr(self.context.instance.event_log_storage, "take_stored_materialization", None)
+        stored = take(asset_key, partition_key) if take else None
+        if stored is None:
+            latest = self.context.instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[partition_key]), limit=1,
+            ).records
+            stored = latest[0] if latest else None
+        target = materialization_target(stored) if stored else None
         for name, verdict in checks.items():
             self.context.log_event(check_evaluation(asset_key, name, verdict, partition_key, target))
 

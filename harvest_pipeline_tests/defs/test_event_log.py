@@ -121,6 +121,33 @@ def test_the_check_table_is_looked_up_once_not_before_every_check_result(project
         assert lookups.count("asset_check_executions") >= 2
 
 
+def test_a_stored_materializations_id_is_given_once_as_the_storage_reads_it_back(project_home):
+    with dg.DagsterInstance.get() as instance:
+        storage = instance.event_log_storage
+        for key in PARTITIONS.get_partition_keys():
+            assert dg.materialize([window], instance=instance, partition_key=key).success
+        for key in PARTITIONS.get_partition_keys():
+            stored = storage.take_stored_materialization(dg.AssetKey("window"), key)
+            read = instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=dg.AssetKey("window"), asset_partitions=[key]), limit=1).records[0]
+            assert stored is not None
+            assert (stored.storage_id, stored.run_id, stored.timestamp) == (read.storage_id, read.run_id, read.timestamp)
+            # Once: asked again, the caller reads the storage (another run may have stored a newer one).
+            assert storage.take_stored_materialization(dg.AssetKey("window"), key) is None
+        assert storage.take_stored_materialization(dg.AssetKey("other"), "a") is None
+
+
+def test_remembered_materializations_stay_bounded(project_home, monkeypatch):
+    monkeypatch.setattr(event_log, "REMEMBERED_MATERIALIZATIONS", 2)
+    with dg.DagsterInstance.get() as instance:
+        for key in PARTITIONS.get_partition_keys():
+            assert dg.materialize([window], instance=instance, partition_key=key).success
+        storage = instance.event_log_storage
+        kept = [k for k in PARTITIONS.get_partition_keys()
+                if storage.take_stored_materialization(dg.AssetKey("window"), k) is not None]
+        assert kept == ["b", "c"]  # the oldest dropped
+
+
 def test_without_base_dir_or_dagster_home_the_error_says_what_to_set(monkeypatch):
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
     with pytest.raises(dg.DagsterInvariantViolationError, match="DAGSTER_HOME"):

@@ -36,7 +36,19 @@ def materialized(instance) -> dict[str, dict]:
     return {r.partition_key: {k: v.value for k, v in r.asset_materialization.metadata.items()} for r in records}
 
 
-def test_ranged_run_records_each_window_and_a_failing_window_does_not_stop_the_others(demo, db_path):
+# Dagster's default event log, and the project's (dagster.yaml), which gives each window's check
+# results their materialization's storage id without reading it back.
+EVENT_LOGS = {
+    "dagster_default": {},
+    "project": {"event_log_storage": {"module": "harvest_pipeline.defs.event_log",
+                                      "class": "PooledSqliteEventLogStorage"}},
+}
+
+
+@pytest.mark.parametrize("event_log", sorted(EVENT_LOGS))
+def test_ranged_run_records_each_window_and_a_failing_window_does_not_stop_the_others(demo, db_path, event_log,
+                                                                                       tmp_path, monkeypatch):
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))  # the project's storage keeps its files under it
     source = demo_source(demo, windows_per_run=5)
     learn_facts(source)
     defs = build_definitions([source])
@@ -50,7 +62,7 @@ def test_ranged_run_records_each_window_and_a_failing_window_does_not_stop_the_o
     path.write_bytes(b"")
 
     job = window_job(defs, "demo")
-    with dg.instance_for_test() as instance:
+    with dg.instance_for_test(overrides=EVENT_LOGS[event_log]) as instance:
         result = job.execute_in_process(
             instance=instance, raise_on_error=False, tags=range_tags(windows[0].key, windows[-1].key),
         )
