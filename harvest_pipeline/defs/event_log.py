@@ -11,7 +11,8 @@ history stays readable and switching back is a one-line change in dagster.yaml) 
 - one engine per shard, its connections pooled, instead of a new engine per transaction;
 - a table found in the index shard is remembered: Dagster asks whether the asset-check table
   exists before storing each check result, each time through a new engine and connection (5% of
-  a 100-source batch run's CPU, py-spy);
+  a 100-source batch run's CPU, py-spy); so is a column of its asset-key table, which Dagster
+  inspects before storing each materialization;
 - `PRAGMA synchronous=NORMAL`: the event log is already in WAL mode, where NORMAL stays
   consistent and loses nothing when a process crashes; only an OS crash or power loss may roll
   back the last commits. The catalogue's ledger, not Dagster's events, decides what is harvested
@@ -67,6 +68,7 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
         self._engines: OrderedDict = OrderedDict()  # shard -> engine, least recently used first
         self._engines_lock = threading.Lock()
         self._tables_found: set[str] = set()  # tables of the index shard known to exist
+        self._asset_key_cols_found: set[str] = set()  # columns of its asset_keys table known to exist
         self._stored_materializations: OrderedDict = OrderedDict()  # (asset key, partition) -> StoredMaterialization
         self._stored_lock = threading.Lock()
         self._storing = threading.local()  # the materialization being stored by this thread, until it commits
@@ -107,6 +109,16 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
         found = super().has_table(table_name)
         if found:
             self._tables_found.add(table_name)
+        return found
+
+    def _has_asset_key_col_on_connection(self, conn, column_name: str) -> bool:
+        # Asked before storing every materialization (a schema inspection each time); columns are
+        # added by migrations and dropped only by wipe(), so a "yes" stays true as has_table's does.
+        if column_name in self._asset_key_cols_found:
+            return True
+        found = super()._has_asset_key_col_on_connection(conn, column_name)
+        if found:
+            self._asset_key_cols_found.add(column_name)
         return found
 
     @classmethod
@@ -171,6 +183,7 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
 
     def wipe(self) -> None:
         self._tables_found.clear()
+        self._asset_key_cols_found.clear()
         self._dispose_engines()  # the shard files are deleted
         super().wipe()
 

@@ -121,6 +121,28 @@ def test_the_check_table_is_looked_up_once_not_before_every_check_result(project
         assert lookups.count("asset_check_executions") >= 2
 
 
+def test_the_asset_key_tables_columns_are_inspected_once_not_before_every_materialization(project_home, monkeypatch):
+    from dagster._core.storage.event_log.sql_event_log import SqlEventLogStorage
+
+    inspected: list[str] = []
+    dagsters_inspection = SqlEventLogStorage._has_asset_key_col_on_connection
+
+    def counted(self, conn, column_name):
+        inspected.append(column_name)
+        return dagsters_inspection(self, conn, column_name)
+
+    monkeypatch.setattr(SqlEventLogStorage, "_has_asset_key_col_on_connection", counted)
+    with dg.DagsterInstance.get() as instance:
+        for key in PARTITIONS.get_partition_keys():
+            assert dg.materialize([window], instance=instance, partition_key=key).success
+        assert len(instance.fetch_materializations(dg.AssetKey("window"), limit=10).records) == 3
+        # Three materializations stored: the column was inspected once.
+        assert inspected.count("last_materialization_timestamp") == 1
+        instance.wipe()  # the tables are dropped and made again: inspected again
+        assert dg.materialize([window], instance=instance, partition_key="a").success
+        assert inspected.count("last_materialization_timestamp") == 2
+
+
 def test_a_stored_materializations_id_is_given_once_as_the_storage_reads_it_back(project_home):
     with dg.DagsterInstance.get() as instance:
         storage = instance.event_log_storage
