@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Callable
 
+from harvest_pipeline.harvest import background
 from harvest_pipeline.harvest.listers import Lister
 from harvest_pipeline.pages import ListPage
 
@@ -54,7 +55,7 @@ class EarlyFirstPage:
                 return
             future.set_result((first, pages))  # a listing discarded meanwhile is closed by its callback
 
-        threading.Thread(target=fetch, name="window-early-start", daemon=True).start()
+        background.submit(fetch)
 
     def take(self, from_param: str | None, until_param: str | None, resume_token: str | None) -> Iterator[ListPage] | None:
         """The listing begun by `start` (its first page first), if it is the one asked for now:

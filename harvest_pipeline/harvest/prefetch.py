@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import queue
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
+from concurrent.futures import wait as wait_for_futures
 from typing import Iterator, TypeVar
+
+from harvest_pipeline.harvest import background
 
 T = TypeVar("T")
 _DONE = object()
@@ -39,8 +42,7 @@ class Prefetch:
         self._items: queue.Queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
         self._iterator = iterator
-        self._worker = threading.Thread(target=self._work, name="page-prefetch", daemon=True)
-        self._worker.start()
+        self._worker = background.submit(self._work)
 
     def _work(self) -> None:
         items, stop = self._items, self._stop
@@ -84,7 +86,7 @@ class Prefetch:
                 yield item
         finally:
             self._stop.set()
-            self._worker.join(timeout=30)
+            wait_for_futures([self._worker], timeout=30)
 
 
 def prefetch(iterator: Iterator[T], depth: int = 2) -> Prefetch:
@@ -106,13 +108,10 @@ class FetchAhead:
     def __init__(self, pages: Iterator[T]):
         self._pages = iter(pages)
         self._pending: Future | None = None
-        self._pool: ThreadPoolExecutor | None = None
 
     def request_next(self) -> None:
         if self._pending is None:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="page-fetch-ahead")
-            self._pending = self._pool.submit(next, self._pages, None)
+            self._pending = background.submit(next, self._pages, None)
 
     def next(self):
         pending, self._pending = self._pending, None
@@ -125,9 +124,6 @@ class FetchAhead:
                 pending.result()
             except BaseException:  # noqa: BLE001 - the traversal ends anyway; nobody reads this page
                 pass
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
         close = getattr(self._pages, "close", None)
         if close is not None:
             close()

@@ -37,13 +37,13 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
 from harvest_pipeline.errors import HarvestError
-from harvest_pipeline.harvest import stop
+from harvest_pipeline.harvest import background, stop
 from harvest_pipeline.harvest.budget import bind_time_budget
 from harvest_pipeline.harvest.early_start import EarlyFirstPage
 from harvest_pipeline.harvest.grouped_writes import grouped_writer
@@ -107,7 +107,7 @@ def harvest_windows(
     # rows, small windows' merges: harvest/grouped_writes.py), into the embedded file or PostgreSQL.
     # DuckLake, whose concurrent commits conflict on its metadata, writes each window on its own.
     writer = None if catalogue_settings().kind == DUCKLAKE else grouped_writer(catalogue, hold=lambda: MERGE_SLOTS)
-    merger = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"merge-{source.id}")
+    merger = background.InOrder()  # window N's merge before N+1's
     pending: list[Future] = []
     callback_errors: list[BaseException] = []
 

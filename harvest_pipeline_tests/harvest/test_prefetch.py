@@ -34,10 +34,12 @@ def test_stopping_early_stops_the_worker():
             yield n
             n += 1
 
-    for item in prefetch(endless(), depth=2):
+    pages = endless()
+    for item in prefetch(pages, depth=2):
         if item == 5:
             break
-    assert not any(t.name == "page-prefetch" and t.is_alive() for t in threading.enumerate())
+    # The worker has closed the iterator and asks for nothing more.
+    assert pages.gi_frame is None
     assert len(produced) <= 5 + 1 + 2 + 1  # at most depth (+ one in hand) beyond what was used
 
 
@@ -64,6 +66,8 @@ def test_next_ready_waits_for_the_next_item_only_as_long_as_asked():
 def test_fetch_ahead_asks_for_a_page_only_when_told_and_in_order():
     from harvest_pipeline.harvest.prefetch import FetchAhead
 
+    from harvest_pipeline.harvest.background import THREAD_NAME
+
     asked = []
 
     def pages():
@@ -74,12 +78,30 @@ def test_fetch_ahead_asks_for_a_page_only_when_told_and_in_order():
             yield n
 
     with FetchAhead(pages()) as ahead:
-        assert ahead.next() == 1 and [n for n, _ in asked] == [1]  # in this thread, on demand
+        assert ahead.next() == 1 and asked == [(1, threading.current_thread().name)]  # in this thread, on demand
         ahead.request_next()
         assert ahead.next() == 2
-        assert asked[1][1].startswith("page-fetch-ahead")  # page 2 was asked for in the worker
+        assert asked[1][1] == THREAD_NAME  # page 2 was asked for in a background thread
         assert [n for n, _ in asked] == [1, 2]  # nothing beyond what was asked for
         ahead.request_next()
         with pytest.raises(ValueError, match="page 3 broke"):  # raised where page 3 comes
             ahead.next()
-    assert not any(t.name.startswith("page-fetch-ahead") and t.is_alive() for t in threading.enumerate())
+
+
+def test_closing_fetch_ahead_waits_for_the_request_in_flight():
+    import time
+
+    from harvest_pipeline.harvest.prefetch import FetchAhead
+
+    answered = []
+
+    def pages():
+        yield 1
+        time.sleep(0.3)  # the server takes its time with page 2
+        answered.append(2)
+        yield 2
+
+    with FetchAhead(pages()) as ahead:
+        assert ahead.next() == 1
+        ahead.request_next()
+    assert answered == [2]  # no request outlives the traversal
