@@ -270,7 +270,9 @@ class WindowHarvest:
             def begin(con):
                 if self.record_identify:
                     ledger.record_identify(con, source.id, **described)
-                known_quirks = ledger.get_quirks(con, source.id)
+                # Quirks that came with the window before were read once for the whole run (and
+                # what it learned added): not read again for every window.
+                known_quirks = ledger.get_quirks(con, source.id) if self.quirks_known is None else set()
                 self.book.begin_window(
                     con, source_id=source.id, window_start=window.start, window_end=window.end,
                     partition_key=window.key, run_id=run_id, from_param=from_param, until_param=until_param,
@@ -288,7 +290,7 @@ class WindowHarvest:
                                else self.submit_begin(write_begin))
                 known_quirks = set(self.quirks_known)
             else:
-                known_quirks = write_begin()
+                known_quirks = write_begin() | set(self.quirks_known or ())
                 self.begun = True
                 lister.apply_quirks(known_quirks)
                 self.known_quirks = known_quirks

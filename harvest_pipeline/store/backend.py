@@ -23,6 +23,7 @@ import os
 import random
 import re
 import time
+import weakref
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -178,11 +179,26 @@ def _is_auth_or_network(exc: duckdb.Error) -> bool:
                                    "could not translate host", "timeout expired", "no pg_hba.conf"))
 
 
+# Each connection's kind, asked once: a connection's default database is chosen when it is opened
+# (every USE of the project comes before the connection is handed out), and the catalogue writer
+# asks before most of its statements, each a round trip for the GIL in a busy batch run.
+_DIALECTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def dialect(con: duckdb.DuckDBPyConnection) -> str:
     """The kind of the connection's default database: duckdb, postgres or ducklake."""
+    try:
+        return _DIALECTS[con]
+    except (KeyError, TypeError):  # TypeError: a connection-like object without weak references
+        pass
     row = con.execute("SELECT type FROM duckdb_databases() WHERE database_name = current_database()").fetchone()
     kind = (row[0] if row else EMBEDDED).lower()
-    return kind if kind in KINDS else EMBEDDED
+    kind = kind if kind in KINDS else EMBEDDED
+    try:
+        _DIALECTS[con] = kind
+    except TypeError:
+        pass
+    return kind
 
 
 _PRIMARY_KEY_LINE = re.compile(r",(\s*--[^\n]*)?\s*\n\s*PRIMARY KEY\s*\([^)]*\)")
@@ -258,6 +274,7 @@ class Upsert:
     update: str
     insert: dict[str, str]
     in_postgres: bool = True  # False: the text uses DuckDB's functions (date_diff); PostgreSQL gets DuckDB's MERGE
+    usually_new: bool = False  # True: the key is usually not stored yet, so the embedded file tries the INSERT first
 
     @property
     def _on(self) -> str:
@@ -275,6 +292,10 @@ class Upsert:
         return (f"INSERT INTO {self.table} ({', '.join(self.insert)})"
                 f" SELECT {', '.join(self.insert.values())} FROM (SELECT {self.row}) AS excluded")
 
+    def insert_new_sql(self) -> str:
+        """The INSERT for a key not stored yet; inserts nothing (and raises nothing) for a stored one."""
+        return f"{self.insert_sql()} WHERE NOT EXISTS (SELECT 1 FROM {self.table} WHERE {self._on})"
+
 
 def copied(*columns: str) -> dict[str, str]:
     """An `Upsert.insert` that takes these columns as `excluded` has them."""
@@ -286,7 +307,9 @@ def upsert_in_place(con: duckdb.DuckDBPyConnection, upsert: Upsert, params: list
 
     - PostgreSQL (15 or later, which has MERGE): a MERGE in PostgreSQL itself, on the table's
       primary key. DuckDB's MERGE into an attached PostgreSQL table copies its key columns to join them.
-    - The embedded file: an UPDATE, then an INSERT if it changed no row. DuckDB 1.5's MERGE (and
+    - The embedded file: an UPDATE, then an INSERT if it changed no row (for an upsert whose key is
+      `usually_new`, the INSERT of a key not stored first, then the UPDATE if it inserted none: a
+      catch-up's new windows take one statement, not two). DuckDB 1.5's MERGE (and
       INSERT .. ON CONFLICT) holds about 0.9 MB per statement that inserts until the transaction
       ends: a batch run's catalogue writer, which puts a hundred windows' ledger rows in one
       transaction, ran out of its 128 MB and wrote the group again one by one. The two statements
@@ -297,6 +320,10 @@ def upsert_in_place(con: duckdb.DuckDBPyConnection, upsert: Upsert, params: list
     kind = dialect(con)
     if kind == POSTGRES and upsert.in_postgres and _has_merge(con):
         con.execute(pg_execute_sql(_inlined(upsert.merge_sql(), params)))
+    elif kind == EMBEDDED and upsert.usually_new:
+        (inserted,) = con.execute(upsert.insert_new_sql(), params).fetchone()
+        if not inserted:
+            con.execute(upsert.update_sql(), params)
     elif kind == EMBEDDED:
         (changed,) = con.execute(upsert.update_sql(), params).fetchone()
         if not changed:

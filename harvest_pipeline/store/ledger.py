@@ -73,6 +73,7 @@ _BEGIN_WINDOW = Upsert(
            " retry_not_before = NULL",
     insert={**copied("source_id", "window_start", "window_end", "partition_key"), "status": "'running'",
             **copied("run_id"), "attempts": "1", **copied("from_param", "until_param", "started_at")},
+    usually_new=True,  # a window is begun again only after a failure or for a re-harvest
 )
 
 
