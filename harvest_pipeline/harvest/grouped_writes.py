@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import duckdb
 
-from harvest_pipeline.store.backend import run_write
+from harvest_pipeline.store.backend import Upsert, run_write, upsert_in_place, upsert_rows_in_place
 from harvest_pipeline.store.merge import LARGE_WINDOW_ROWS, MergeCounts
 from harvest_pipeline.store.merge_group import StagedWindow, merge_staged_windows
 
@@ -54,6 +54,8 @@ class _Write:
     future: Future = field(default_factory=Future)
     staged: StagedWindow | None = None  # a merge: its window, merged in the group
     finish: Callable[[duckdb.DuckDBPyConnection, MergeCounts], Any] | None = None  # after its merge, same transaction
+    row: tuple[Upsert, list] | None = None  # an upsert's row, written with the group's other rows of that upsert
+    before: Callable[[duckdb.DuckDBPyConnection], Any] | None = None  # a write's part before its row
 
 
 class GroupedWriter:
@@ -69,6 +71,20 @@ class GroupedWriter:
     def write(self, body: Callable[[duckdb.DuckDBPyConnection], Any], *, what: str) -> Future:
         """Run `body(con)` in a catalogue transaction; its Future gives what it returned or raised."""
         return self._submit(_Write(body, what))
+
+    def upsert(self, upsert: Upsert, params: list, *, before: Callable[[duckdb.DuckDBPyConnection], Any] | None = None,
+               what: str) -> Future:
+        """Run `before(con)` (if given), then `upsert` of one row (its parameters `params`), in a
+        catalogue transaction; in a group the rows of one upsert go in one or two statements (a
+        hundred windows' ledger rows, each a statement and a wait for Python's GIL in a busy
+        process). The Future gives None."""
+
+        def alone(con):
+            if before is not None:
+                before(con)
+            upsert_in_place(con, upsert, params)
+
+        return self._submit(_Write(alone, what, row=(upsert, params), before=before))
 
     def merge(self, staged: StagedWindow, finish: Callable[[duckdb.DuckDBPyConnection, MergeCounts], Any], *,
               alone: Callable[[duckdb.DuckDBPyConnection], Any], what: str) -> Future:
@@ -146,12 +162,22 @@ class GroupedWriter:
 
 
 def _write_group(con: duckdb.DuckDBPyConnection, group: list[_Write]) -> list:
-    """The group's plain writes in order, then its merges as one group, then each merge's finish."""
+    """The group's plain writes in order, then its upserts' rows (one set of statements per
+    upsert), then its merges as one group, then each merge's finish."""
     results: dict[int, Any] = {}
     merges = [(n, item) for n, item in enumerate(group) if item.staged is not None]
+    rows: dict[int, tuple[Upsert, list]] = {}  # id(upsert) -> (upsert, its rows' parameters)
     for n, item in enumerate(group):
-        if item.staged is None:
+        if item.row is not None:
+            if item.before is not None:
+                item.before(con)
+            upsert, params = item.row
+            rows.setdefault(id(upsert), (upsert, []))[1].append(params)
+            results[n] = None
+        elif item.staged is None:
             results[n] = item.body(con)
+    for upsert, all_params in rows.values():
+        upsert_rows_in_place(con, upsert, all_params)
     counts = merge_staged_windows(con, [item.staged for _, item in merges]) if merges else []
     for (n, item), merged in zip(merges, counts):
         results[n] = item.finish(con, merged)

@@ -267,16 +267,19 @@ class WindowHarvest:
             self.from_param, self.until_param = from_param, until_param
             request_key = _request_key(source, from_param, until_param)
 
-            def begin(con):
+            row = dict(source_id=source.id, window_start=window.start, window_end=window.end,
+                       partition_key=window.key, run_id=run_id, from_param=from_param, until_param=until_param)
+
+            def identify(con):
                 if self.record_identify:
                     ledger.record_identify(con, source.id, **described)
+
+            def begin(con):
+                identify(con)
                 # Quirks that came with the window before were read once for the whole run (and
                 # what it learned added): not read again for every window.
                 known_quirks = ledger.get_quirks(con, source.id) if self.quirks_known is None else set()
-                self.book.begin_window(
-                    con, source_id=source.id, window_start=window.start, window_end=window.end,
-                    partition_key=window.key, run_id=run_id, from_param=from_param, until_param=until_param,
-                )
+                self.book.begin_window(con, **row)
                 return known_quirks
 
             # A shared catalogue may refuse a write another worker's wrote across: run it again.
@@ -286,8 +289,10 @@ class WindowHarvest:
                 # The quirks came with the window before: the ledger row is written by the
                 # process's catalogue writer (or the caller's writer thread) while the first page
                 # is fetched (joined below).
-                self._begin = (self.writer.write(begin, what=what) if self.writer is not None
-                               else self.submit_begin(write_begin))
+                # The catalogue writer puts the rows of the windows beginning together in one
+                # statement (store/backend.py upsert_rows_in_place).
+                self._begin = (self.writer.upsert(*self.book.begin_row(**row), before=identify, what=what)
+                               if self.writer is not None else self.submit_begin(write_begin))
                 known_quirks = set(self.quirks_known)
             else:
                 known_quirks = write_begin() | set(self.quirks_known or ())
@@ -424,7 +429,7 @@ class WindowHarvest:
             return
         begin, self._begin = self._begin, None
         # What the window before learned may not be stored yet (its merge may come after this row).
-        self.known_quirks = begin.result() | set(self.quirks_known or ())
+        self.known_quirks = (begin.result() or set()) | set(self.quirks_known or ())
         self.begun = True
 
     def _fail(self, exc: BaseException):

@@ -332,6 +332,23 @@ def upsert_in_place(con: duckdb.DuckDBPyConnection, upsert: Upsert, params: list
         con.execute(upsert.merge_sql(), params)
 
 
+def upsert_rows_in_place(con: duckdb.DuckDBPyConnection, upsert: Upsert, rows: list[list]) -> None:
+    """`upsert` of several rows (each its `row`'s parameters) in the caller's transaction: as
+    `upsert_in_place` row by row, except into the embedded file, where they go in two statements
+    whatever their number (the stored keys updated, then the others inserted). The keys must
+    differ (two rows of one new key would both be inserted, and the primary key refuses that)."""
+    if len(rows) < 2 or dialect(con) != EMBEDDED:
+        for params in rows:
+            upsert_in_place(con, upsert, params)
+        return
+    excluded = " UNION ALL ".join(f"SELECT {upsert.row}" for _ in rows)
+    params = [value for row in rows for value in row]
+    con.execute(f"UPDATE {upsert.table} SET {upsert.update} FROM ({excluded}) AS excluded WHERE {upsert._on}", params)
+    con.execute(f"INSERT INTO {upsert.table} ({', '.join(upsert.insert)})"
+                f" SELECT {', '.join(upsert.insert.values())} FROM ({excluded}) AS excluded"
+                f" WHERE NOT EXISTS (SELECT 1 FROM {upsert.table} WHERE {upsert._on})", params)
+
+
 def _inlined(sql: str, params: list) -> str:
     """`sql` (our own text) with each `?` replaced by its parameter's PostgreSQL literal."""
     pieces = sql.split("?")

@@ -77,8 +77,7 @@ _BEGIN_WINDOW = Upsert(
 )
 
 
-def begin_window(
-    con: duckdb.DuckDBPyConnection,
+def begin_row(
     *,
     source_id: str,
     window_start: datetime,
@@ -87,11 +86,16 @@ def begin_window(
     run_id: str,
     from_param: str,
     until_param: str,
-) -> None:
-    upsert_in_place(
-        con, _BEGIN_WINDOW,
-        [source_id, to_naive_utc(window_start), to_naive_utc(window_end), partition_key, run_id, from_param, until_param, utcnow()],
-    )
+) -> tuple[Upsert, list]:
+    """The upsert that marks a window running, and its row's parameters (see `begin_window`)."""
+    return _BEGIN_WINDOW, [source_id, to_naive_utc(window_start), to_naive_utc(window_end), partition_key, run_id,
+                           from_param, until_param, utcnow()]
+
+
+def begin_window(con: duckdb.DuckDBPyConnection, **window: Any) -> None:
+    """Mark a window running (its row inserted, or a stored one's attempts counted up); the
+    arguments are `begin_row`'s."""
+    upsert_in_place(con, *begin_row(**window))
 
 
 def finish_window(con: duckdb.DuckDBPyConnection, *, source_id: str, window_start: datetime, **values: Any) -> None:

@@ -77,12 +77,13 @@ class PartLedger:
         self.part_end = to_naive_utc(part_end)
         self.depth = depth
 
-    def begin_window(self, con, *, source_id: str, partition_key: str, run_id: str, from_param, until_param, **_) -> None:
-        upsert_in_place(
-            con, _BEGIN_PART,
-            [source_id, self.window_start, self.part_start, self.part_end, self.depth, partition_key, run_id,
-             from_param, until_param, utcnow()],
-        )
+    def begin_row(self, *, source_id: str, partition_key: str, run_id: str, from_param, until_param, **_) -> tuple:
+        """The upsert that marks this part running, and its row's parameters."""
+        return _BEGIN_PART, [source_id, self.window_start, self.part_start, self.part_end, self.depth, partition_key,
+                             run_id, from_param, until_param, utcnow()]
+
+    def begin_window(self, con, **window) -> None:
+        upsert_in_place(con, *self.begin_row(**window))
 
     def finish_window(self, con, *, source_id: str, window_start=None, **values: Any) -> None:
         values = {**values, "finished_at": utcnow()}

@@ -143,6 +143,68 @@ def test_the_ledger_rows_of_a_hundred_and_fifty_new_windows_fit_their_transactio
         assert con.execute("SELECT count(*), min(attempts), max(attempts) FROM harvest_windows").fetchone() == (150, 2, 2)
 
 
+def test_ledger_rows_waiting_together_are_written_together_and_each_keeps_its_own_part(tmp_path, monkeypatch):
+    """Windows beginning together: their rows go to the catalogue together (into the embedded file,
+    one UPDATE for the stored keys and one INSERT for the new ones), and each write's own part
+    before its row (a source's Identify) still runs, in order."""
+    from datetime import datetime, timedelta
+
+    from harvest_pipeline.store import backend, ledger
+
+    db = tmp_path / "harvest.duckdb"
+    writer = GroupedWriter(lambda: connect(db))
+    day = datetime(2026, 11, 1)
+    row = lambda n: ledger.begin_row(  # noqa: E731
+        source_id=f"s{n:03d}", window_start=day, window_end=day + timedelta(days=1), partition_key="2026-11-01",
+        run_id="run", from_param="2026-11-01", until_param="2026-11-01")
+    with connect(db) as con:
+        ledger.begin_window(con, **{**dict(source_id="s000", window_start=day, window_end=day + timedelta(days=1),
+                                           partition_key="2026-11-01", run_id="before", from_param="a", until_param="b")})
+    statements = []
+    real = backend.upsert_rows_in_place
+
+    def counted(con, upsert, rows):
+        statements.append(len(rows))
+        return real(con, upsert, rows)
+
+    monkeypatch.setattr("harvest_pipeline.harvest.grouped_writes.upsert_rows_in_place", counted)
+    before_order = []
+    gate, running = threading.Event(), threading.Event()
+    first = writer.write(_insert_nothing(gate, running), what="first")  # holds the writer while the others queue
+    assert running.wait(10)
+    begun = [writer.upsert(*row(n), before=lambda con, n=n: before_order.append(n), what=f"begin {n}") for n in range(30)]
+    gate.set()
+    assert [f.result(30) for f in begun] == [None] * 30
+    first.result(10)
+    assert statements == [30] and before_order == list(range(30))  # one set of statements for the 30 rows
+    with connect(db) as con:
+        rows = con.execute("SELECT source_id, run_id, attempts FROM harvest_windows ORDER BY source_id").fetchall()
+    assert rows == [("s000", "run", 2)] + [(f"s{n:03d}", "run", 1) for n in range(1, 30)]
+
+
+def test_two_rows_of_one_new_key_in_a_group_are_written_one_by_one(tmp_path, caplog):
+    from datetime import datetime, timedelta
+
+    from harvest_pipeline.store import ledger
+
+    db = tmp_path / "harvest.duckdb"
+    writer = GroupedWriter(lambda: connect(db))
+    day = datetime(2026, 11, 1)
+    row = dict(source_id="s", window_start=day, window_end=day + timedelta(days=1), partition_key="2026-11-01",
+               run_id="run", from_param="a", until_param="b")
+    gate, running = threading.Event(), threading.Event()
+    first = writer.write(_insert_nothing(gate, running), what="first")
+    assert running.wait(10)
+    twice = [writer.upsert(*ledger.begin_row(**row), what=f"begin {n}") for n in range(2)]
+    with caplog.at_level("WARNING", logger="harvest_pipeline.harvest.grouped_writes"):
+        gate.set()
+        assert [f.result(30) for f in twice] == [None, None]
+        first.result(10)
+    assert [r for r in caplog.records if "writing them one by one" in r.getMessage()]  # the key was refused once
+    with connect(db) as con:
+        assert con.execute("SELECT count(*), max(attempts) FROM harvest_windows").fetchone() == (1, 2)
+
+
 def _insert_nothing(gate, running):
     def body(con):
         running.set()
