@@ -75,9 +75,9 @@ class GroupedWriter:
     def upsert(self, upsert: Upsert, params: list, *, before: Callable[[duckdb.DuckDBPyConnection], Any] | None = None,
                what: str) -> Future:
         """Run `before(con)` (if given), then `upsert` of one row (its parameters `params`), in a
-        catalogue transaction; in a group the rows of one upsert go in one or two statements (a
-        hundred windows' ledger rows, each a statement and a wait for Python's GIL in a busy
-        process). The Future gives None."""
+        catalogue transaction. In a group the rows of one upsert go together (into the embedded
+        file one UPDATE and one INSERT, where a hundred windows' ledger rows took a statement each,
+        and each statement a wait for Python's GIL in a busy process). The Future gives None."""
 
         def alone(con):
             if before is not None:

@@ -289,8 +289,8 @@ class WindowHarvest:
                 # The quirks came with the window before: the ledger row is written by the
                 # process's catalogue writer (or the caller's writer thread) while the first page
                 # is fetched (joined below).
-                # The catalogue writer puts the rows of the windows beginning together in one
-                # statement (store/backend.py upsert_rows_in_place).
+                # The catalogue writer writes the rows of the windows beginning together in one
+                # UPDATE and one INSERT (store/backend.py upsert_rows_in_place).
                 self._begin = (self.writer.upsert(*self.book.begin_row(**row), before=identify, what=what)
                                if self.writer is not None else self.submit_begin(write_begin))
                 known_quirks = set(self.quirks_known)
