@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 import duckdb
 
+from harvest_pipeline.store import ledger
 from harvest_pipeline.store.backend import Upsert, run_write, upsert_in_place, upsert_rows_in_place
 from harvest_pipeline.store.merge import LARGE_WINDOW_ROWS, MergeCounts
 from harvest_pipeline.store.merge_group import StagedWindow, merge_staged_windows
@@ -163,7 +164,7 @@ class GroupedWriter:
 
 def _write_group(con: duckdb.DuckDBPyConnection, group: list[_Write]) -> list:
     """The group's plain writes in order, then its upserts' rows (one set of statements per
-    upsert), then its merges as one group, then each merge's finish."""
+    upsert), then its merges as one group, then each merge's finish (their ledger rows together)."""
     results: dict[int, Any] = {}
     merges = [(n, item) for n, item in enumerate(group) if item.staged is not None]
     rows: dict[int, tuple[Upsert, list]] = {}  # id(upsert) -> (upsert, its rows' parameters)
@@ -179,8 +180,9 @@ def _write_group(con: duckdb.DuckDBPyConnection, group: list[_Write]) -> list:
     for upsert, all_params in rows.values():
         upsert_rows_in_place(con, upsert, all_params)
     counts = merge_staged_windows(con, [item.staged for _, item in merges]) if merges else []
-    for (n, item), merged in zip(merges, counts):
-        results[n] = item.finish(con, merged)
+    with ledger.finishing_together(con):  # the windows' verdict rows in one statement
+        for (n, item), merged in zip(merges, counts):
+            results[n] = item.finish(con, merged)
     return [results[n] for n in range(len(group))]
 
 

@@ -9,6 +9,9 @@ in DuckLake, which has no keys to conflict on, DuckDB's MERGE.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
@@ -16,7 +19,7 @@ from typing import Any
 import duckdb
 
 from harvest_pipeline.http.redaction import redact_text
-from harvest_pipeline.store.backend import Upsert, copied, upsert_in_place
+from harvest_pipeline.store.backend import EMBEDDED, Upsert, copied, dialect, upsert_in_place
 from harvest_pipeline.store.clock import to_naive_utc, utcnow
 
 # Window statuses. Only VERIFIED and UNPROVEN let the watermark pass.
@@ -99,18 +102,77 @@ def begin_window(con: duckdb.DuckDBPyConnection, **window: Any) -> None:
 
 
 def finish_window(con: duckdb.DuckDBPyConnection, *, source_id: str, window_start: datetime, **values: Any) -> None:
-    """Write the outcome columns given as keyword arguments (names of harvest_windows columns)."""
+    """Write the outcome columns given as keyword arguments (names of harvest_windows columns).
+    Inside `finishing_together(con)` the row is written with the others when that ends."""
     values = {**values, "finished_at": utcnow()}
     if values.get("warnings"):  # no configured secret is ever stored
         values["warnings"] = [redact_text(w) for w in values["warnings"]]
     if values.get("error"):
         values["error"] = redact_text(values["error"])
+    key = [source_id, to_naive_utc(window_start)]
+    if getattr(_together, "con", None) is con:
+        _together.rows.append((values, key))
+        return
     sets = ", ".join(f"{k} = ?" for k in values)
     con.execute(
         f"UPDATE harvest_windows SET {sets}, seconds = date_diff('millisecond', started_at, ?) / 1000.0"
         " WHERE source_id = ? AND window_start = ?",
-        [*values.values(), values["finished_at"], source_id, to_naive_utc(window_start)],
+        [*values.values(), values["finished_at"], *key],
     )
+
+
+# The verdicts written together by one thread: a batch run's catalogue writer ends the windows
+# of a group at once, and a statement each cost milliseconds in a busy process.
+_together = threading.local()
+
+
+@contextmanager
+def finishing_together(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """`finish_window` calls on `con` inside this block are written when it ends, those that set
+    the same columns in one UPDATE (into the embedded file; elsewhere one by one). After an error
+    inside the block nothing is written (the caller's transaction is aborted anyway)."""
+    _together.con, _together.rows = con, []
+    try:
+        yield
+        rows = _together.rows
+    finally:
+        _together.con, _together.rows = None, []
+    by_columns: dict[tuple[str, ...], list] = {}
+    for values, key in rows:
+        by_columns.setdefault(tuple(values), []).append([*values.values(), *key])
+    for columns, params in by_columns.items():
+        if len(params) == 1 or dialect(con) != EMBEDDED:
+            for one in params:
+                sets = ", ".join(f"{k} = ?" for k in columns)
+                con.execute(
+                    f"UPDATE harvest_windows SET {sets}, seconds = date_diff('millisecond', started_at, ?) / 1000.0"
+                    " WHERE source_id = ? AND window_start = ?",
+                    [*one[:len(columns)], one[columns.index("finished_at")], *one[len(columns):]],
+                )
+            continue
+        types = _ledger_types(con)
+        row = ", ".join(f"?::{types[c]} AS {c}" for c in (*columns, "source_id", "window_start"))
+        sets = ", ".join(f"{c} = v.{c}" for c in columns)
+        con.execute(
+            f"UPDATE harvest_windows SET {sets},"
+            " seconds = date_diff('millisecond', harvest_windows.started_at, v.finished_at) / 1000.0"
+            f" FROM ({' UNION ALL '.join(f'SELECT {row}' for _ in params)}) AS v"
+            " WHERE harvest_windows.source_id = v.source_id AND harvest_windows.window_start = v.window_start",
+            [value for one in params for value in one],
+        )
+
+
+def _ledger_types(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    """harvest_windows' column types, as the catalogue declares them (read once per process)."""
+    if not _LEDGER_TYPES:
+        _LEDGER_TYPES.update(con.execute(
+            "SELECT column_name, data_type FROM information_schema.columns"
+            " WHERE table_catalog = current_database() AND table_schema = current_schema() AND table_name = 'harvest_windows'"
+        ).fetchall())
+    return _LEDGER_TYPES
+
+
+_LEDGER_TYPES: dict[str, str] = {}
 
 
 _END_WINDOW = Upsert(

@@ -1,0 +1,57 @@
+"""Windows' verdict rows written together are the rows written one by one, in one statement."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+
+from harvest_pipeline.store import connect, ledger
+from harvest_pipeline_tests.store.test_backend import Counted
+
+DAY = datetime(2026, 1, 1)
+COLUMNS = "source_id, status, error, received, cursor_closed, warnings, check_complete, seconds IS NOT NULL"
+
+
+def _verdict(n: int) -> dict:
+    return dict(status="verified" if n % 2 else "incomplete", run_id="run", error=None, received=100 + n,
+                cursor_closed=bool(n % 2), warnings=[f"warning {n}"] if n else [], check_complete="passed",
+                retry_not_before=None)
+
+
+def _ledger_rows(db, together: bool) -> tuple[list, list[str]]:
+    with connect(db) as con:
+        for n in range(3):
+            ledger.begin_window(con, source_id=f"s{n}", window_start=DAY, window_end=DAY + timedelta(days=1),
+                                partition_key="2026-01-01", run_id="run", from_param="a", until_param="b")
+        counted = Counted(con)
+        if together:
+            with ledger.finishing_together(counted):
+                for n in range(3):
+                    ledger.finish_window(counted, source_id=f"s{n}", window_start=DAY, **_verdict(n))
+        else:
+            for n in range(3):
+                ledger.finish_window(counted, source_id=f"s{n}", window_start=DAY, **_verdict(n))
+        rows = con.execute(f"SELECT {COLUMNS} FROM harvest_windows ORDER BY source_id").fetchall()
+    return rows, [s for s in counted.statements if s.lstrip().startswith("UPDATE")]
+
+
+def test_verdicts_written_together_equal_those_written_one_by_one(tmp_path):
+    alone, alone_updates = _ledger_rows(tmp_path / "alone.duckdb", together=False)
+    together, together_updates = _ledger_rows(tmp_path / "together.duckdb", together=True)
+    assert together == alone
+    assert [r[1] for r in together] == ["incomplete", "verified", "incomplete"] and together[1][5] == ["warning 1"]
+    assert (len(alone_updates), len(together_updates)) == (3, 1)
+
+
+def test_an_error_inside_leaves_the_verdicts_unwritten(tmp_path):
+    with connect(tmp_path / "harvest.duckdb") as con:
+        ledger.begin_window(con, source_id="s", window_start=DAY, window_end=DAY + timedelta(days=1),
+                            partition_key="2026-01-01", run_id="run", from_param="a", until_param="b")
+        with pytest.raises(RuntimeError):
+            with ledger.finishing_together(con):
+                ledger.finish_window(con, source_id="s", window_start=DAY, **_verdict(1))
+                raise RuntimeError("the group's transaction fails")
+        assert con.execute("SELECT status FROM harvest_windows").fetchall() == [("running",)]
+        ledger.finish_window(con, source_id="s", window_start=DAY, **_verdict(1))  # outside: written at once
+        assert con.execute("SELECT status FROM harvest_windows").fetchall() == [("verified",)]
