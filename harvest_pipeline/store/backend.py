@@ -285,16 +285,20 @@ class Upsert:
                 f" WHEN MATCHED THEN UPDATE SET {self.update}"
                 f" WHEN NOT MATCHED THEN INSERT ({', '.join(self.insert)}) VALUES ({', '.join(self.insert.values())})")
 
-    def update_sql(self) -> str:
-        return f"UPDATE {self.table} SET {self.update} FROM (SELECT {self.row}) AS excluded WHERE {self._on}"
+    def _excluded(self, rows: int) -> str:
+        """The FROM item `excluded`: `rows` rows, each `row`'s parameters in turn."""
+        return f"({' UNION ALL '.join(f'SELECT {self.row}' for _ in range(rows))}) AS excluded"
 
-    def insert_sql(self) -> str:
+    def update_sql(self, rows: int = 1) -> str:
+        return f"UPDATE {self.table} SET {self.update} FROM {self._excluded(rows)} WHERE {self._on}"
+
+    def insert_sql(self, rows: int = 1) -> str:
         return (f"INSERT INTO {self.table} ({', '.join(self.insert)})"
-                f" SELECT {', '.join(self.insert.values())} FROM (SELECT {self.row}) AS excluded")
+                f" SELECT {', '.join(self.insert.values())} FROM {self._excluded(rows)}")
 
-    def insert_new_sql(self) -> str:
-        """The INSERT for a key not stored yet; inserts nothing (and raises nothing) for a stored one."""
-        return f"{self.insert_sql()} WHERE NOT EXISTS (SELECT 1 FROM {self.table} WHERE {self._on})"
+    def insert_new_sql(self, rows: int = 1) -> str:
+        """The INSERT of the keys not stored yet; inserts nothing (and raises nothing) for a stored one."""
+        return f"{self.insert_sql(rows)} WHERE NOT EXISTS (SELECT 1 FROM {self.table} WHERE {self._on})"
 
 
 def copied(*columns: str) -> dict[str, str]:
@@ -341,12 +345,9 @@ def upsert_rows_in_place(con: duckdb.DuckDBPyConnection, upsert: Upsert, rows: l
         for params in rows:
             upsert_in_place(con, upsert, params)
         return
-    excluded = " UNION ALL ".join(f"SELECT {upsert.row}" for _ in rows)
     params = [value for row in rows for value in row]
-    con.execute(f"UPDATE {upsert.table} SET {upsert.update} FROM ({excluded}) AS excluded WHERE {upsert._on}", params)
-    con.execute(f"INSERT INTO {upsert.table} ({', '.join(upsert.insert)})"
-                f" SELECT {', '.join(upsert.insert.values())} FROM ({excluded}) AS excluded"
-                f" WHERE NOT EXISTS (SELECT 1 FROM {upsert.table} WHERE {upsert._on})", params)
+    con.execute(upsert.update_sql(len(rows)), params)
+    con.execute(upsert.insert_new_sql(len(rows)), params)
 
 
 def _inlined(sql: str, params: list) -> str:

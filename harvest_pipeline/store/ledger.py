@@ -112,13 +112,8 @@ def finish_window(con: duckdb.DuckDBPyConnection, *, source_id: str, window_star
     key = [source_id, to_naive_utc(window_start)]
     if getattr(_together, "con", None) is con:
         _together.rows.append((values, key))
-        return
-    sets = ", ".join(f"{k} = ?" for k in values)
-    con.execute(
-        f"UPDATE harvest_windows SET {sets}, seconds = date_diff('millisecond', started_at, ?) / 1000.0"
-        " WHERE source_id = ? AND window_start = ?",
-        [*values.values(), values["finished_at"], *key],
-    )
+    else:
+        _write_verdicts(con, [(values, key)])
 
 
 # The verdicts written together by one thread: a batch run's catalogue writer ends the windows
@@ -139,27 +134,34 @@ def finishing_together(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
         _together.con, _together.rows = None, []
     by_columns: dict[tuple[str, ...], list] = {}
     for values, key in rows:
-        by_columns.setdefault(tuple(values), []).append([*values.values(), *key])
-    for columns, params in by_columns.items():
-        if len(params) == 1 or dialect(con) != EMBEDDED:
-            for one in params:
-                sets = ", ".join(f"{k} = ?" for k in columns)
-                con.execute(
-                    f"UPDATE harvest_windows SET {sets}, seconds = date_diff('millisecond', started_at, ?) / 1000.0"
-                    " WHERE source_id = ? AND window_start = ?",
-                    [*one[:len(columns)], one[columns.index("finished_at")], *one[len(columns):]],
-                )
-            continue
-        types = _ledger_types(con)
-        row = ", ".join(f"?::{types[c]} AS {c}" for c in (*columns, "source_id", "window_start"))
-        sets = ", ".join(f"{c} = v.{c}" for c in columns)
-        con.execute(
-            f"UPDATE harvest_windows SET {sets},"
-            " seconds = date_diff('millisecond', harvest_windows.started_at, v.finished_at) / 1000.0"
-            f" FROM ({' UNION ALL '.join(f'SELECT {row}' for _ in params)}) AS v"
-            " WHERE harvest_windows.source_id = v.source_id AND harvest_windows.window_start = v.window_start",
-            [value for one in params for value in one],
-        )
+        by_columns.setdefault(tuple(values), []).append((values, key))
+    for same_columns in by_columns.values():
+        _write_verdicts(con, same_columns)
+
+
+def _write_verdicts(con: duckdb.DuckDBPyConnection, rows: list[tuple[dict, list]]) -> None:
+    """Rows of (outcome columns, [source_id, window_start]) that set the same columns: one UPDATE
+    with the values as parameters, for one row or outside the embedded file (each row alone);
+    for several rows in the embedded file, one UPDATE from their values typed as the columns."""
+    columns = list(rows[0][0])
+    if len(rows) == 1 or dialect(con) != EMBEDDED:
+        sets = ", ".join(f"{c} = ?" for c in columns)
+        for values, key in rows:
+            con.execute(
+                f"UPDATE harvest_windows SET {sets}, seconds = date_diff('millisecond', started_at, ?) / 1000.0"
+                " WHERE source_id = ? AND window_start = ?",
+                [*values.values(), values["finished_at"], *key],
+            )
+        return
+    types = _ledger_types(con)
+    row = ", ".join(f"?::{types[c]} AS {c}" for c in (*columns, "source_id", "window_start"))
+    con.execute(
+        f"UPDATE harvest_windows SET {', '.join(f'{c} = v.{c}' for c in columns)},"
+        " seconds = date_diff('millisecond', harvest_windows.started_at, v.finished_at) / 1000.0"
+        f" FROM ({' UNION ALL '.join(f'SELECT {row}' for _ in rows)}) AS v"
+        " WHERE harvest_windows.source_id = v.source_id AND harvest_windows.window_start = v.window_start",
+        [value for values, key in rows for value in (*values.values(), *key)],
+    )
 
 
 def _ledger_types(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
