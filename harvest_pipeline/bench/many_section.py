@@ -190,6 +190,43 @@ def _requests_served(urls: list[str]) -> int | None:
         return None
 
 
+def _request_times(urls: list[str]) -> list[dict]:
+    """Each provider's request counter: how many OAI requests since the delay was switched on, and
+    when the first and the latest of them arrived (epoch seconds; empty when it cannot say)."""
+    try:
+        return [_admin(u, "GET", "/admin/faults") for u in urls]
+    except Exception:  # noqa: BLE001 - a breakdown for the report only
+        return []
+
+
+def wall_breakdown(t0: float, runs: list[tuple[float, float | None, float | None]], served: list[dict],
+                   delay_s: float) -> dict:
+    """Where a catch-up's wall time went, from `dagster dev`'s start `t0`, the runs' (created,
+    started, ended) times and what each server saw (requests, first/latest request times):
+    Dagster's start-up until the sensor's first run, that run's launch, the run's start until each
+    source's first request, the servers' busy span (the first request .. the last response, taken
+    as the latest request + the delay) and what came after the last response until the last run
+    ended. Times in seconds; None where a part is unknown."""
+    import statistics
+
+    created = [c for c, _, _ in runs]
+    started = [s for _, s, _ in runs if s]
+    ended = [e for _, _, e in runs if e]
+    firsts = [d["first_request_at"] for d in served if d.get("first_request_at")]
+    lasts = [d["last_request_at"] + delay_s for d in served if d.get("last_request_at")]
+    first_run_start = min(started) if started else None
+    out = {
+        "dagster_start_s": (min(created) - t0) if created else None,
+        "launch_s": (first_run_start - min(created)) if created and first_run_start else None,
+        "to_first_request_median_s": (statistics.median(firsts) - first_run_start) if firsts and first_run_start else None,
+        "to_first_request_max_s": (max(firsts) - first_run_start) if firsts and first_run_start else None,
+        "servers_busy_s": (max(lasts) - min(firsts)) if firsts and lasts else None,
+        "after_last_response_s": (max(ended) - max(lasts)) if ended and lasts else None,
+        "requests_per_source_max": max((int(d.get("requests") or 0) for d in served), default=None),
+    }
+    return out
+
+
 def _dagster_yaml(home: Path, max_runs: str) -> int:
     """Copy the project's dagster.yaml into `home`, overriding max_concurrent_runs unless `shipped`."""
     text = (ROOT / "dagster.yaml").read_text()
@@ -308,6 +345,7 @@ def run_level(args, max_runs: str, urls: list[str], first_day: str, farm, folder
                         log(f"  {time.time() - t0:.0f} s: {len(runs)} runs ({flying} in flight), {complete}/{n} sources done,"
                             f" machine +{sampler.peak_used_mb:,.0f} MB peak")
                 starts = [r.create_timestamp.timestamp() for r in runs]
+                run_times = [(r.create_timestamp.timestamp(), r.start_time, r.end_time) for r in runs]
                 ends = [r.end_time for r in runs if r.end_time]
                 # The loop looks every 2 s: a finished catch-up ended with its last run, up to 2 s
                 # before the look that saw it.
@@ -323,7 +361,8 @@ def run_level(args, max_runs: str, urls: list[str], first_day: str, farm, folder
                 pg_sampler.join(5)
             _stop(proc)
     load1 = os.getloadavg()
-    requests = _requests_served(urls)
+    served = _request_times(urls)
+    requests = sum(int(d.get("requests") or 0) for d in served) if served else None
     ledger = _ledger(db, pg_dsn)
     pages = sorted(ledger["pages"].values())
     one_source_s = (max(pages) if pages else 0) * delay_ms / 1000
@@ -342,6 +381,7 @@ def run_level(args, max_runs: str, urls: list[str], first_day: str, farm, folder
         # The catch-up alone (first run created .. last run ended): `dagster dev`'s start-up is paid
         # once per deployment, not per catch-up.
         "runs_ratio": (one_source_s / ((max(ends) - min(starts)))) if starts and ends and one_source_s else None,
+        "breakdown": wall_breakdown(t0, run_times, served, delay_ms / 1000) if runs else None,
         "machine_peak_mb": sampler.peak_used_mb, "baseline_used_mb": baseline,
         "harvester_tree_peak_mb": sampler.peak_tree_mb, "run_process_peak_mb": sampler.peak_run_mb,
         "run_processes_peak": sampler.peak_runs, "farm_peak_mb": sampler.peak_farm_mb,
@@ -423,12 +463,27 @@ def _print(out: dict, args) -> None:
           " processes; run proc MB = largest run process; run CPU s = user + system CPU of the run processes;"
           " farm = the one process serving every demo provider.")
     for r in lv:
+        b = r.get("breakdown")
+        if b:
+            print(f"where the wall time went (max runs {r['max_concurrent_runs']}): `dagster dev` start-up until the sensor's"
+                  f" first run {n1(b['dagster_start_s'])} s; that run's launch {n1(b['launch_s'])} s; from its start to a"
+                  f" source's first request {n1(b['to_first_request_median_s'])} s (median; last source"
+                  f" {n1(b['to_first_request_max_s'])} s); the servers busy {n1(b['servers_busy_s'])} s (first request .. last"
+                  f" response; one source's requests x delay: {_server_s(b, r)} s); after the last response"
+                  f" {n1(b['after_last_response_s'])} s until the last run ended.")
+    for r in lv:
         if r.get("pg_sessions_peak") is not None:
             apps = ", ".join(f"{app} {n}" for app, n in sorted(r["pg_sessions_peak_by_app"].items(), key=lambda kv: -kv[1]))
             print(f"shared catalogue (PostgreSQL, max_connections {r['pg_max_connections']}), max runs"
                   f" {r['max_concurrent_runs']}: at most {r['pg_sessions_peak']} sessions on its database at once"
                   f" (sampled every {PG_SAMPLE_S} s; peak per application_name: {apps or 'none'});"
                   f" {r['pg_samples_refused']} samples could not connect.")
+
+
+def _server_s(breakdown: dict, level: dict) -> str:
+    """The most requests one source was asked x the delay, as text ('-' when unknown)."""
+    most = breakdown.get("requests_per_source_max")
+    return "-" if most is None else f"{most} x {level['delay_ms'] / 1000:g} = {most * level['delay_ms'] / 1000:.0f}"
 
 
 def _targets(out: dict) -> list[dict]:

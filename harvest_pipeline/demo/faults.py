@@ -13,7 +13,8 @@ extends, so each is settable
 * from tests: ``start_demo_provider(fault={"fail_every": 3})``, ``start_demo_provider(
   fail_every=3)`` or ``start_demo_provider(faults="all-recoverable")``.
 
-``GET /admin/options`` shows every field; ``GET /admin/faults`` shows the request counter.
+``GET /admin/options`` shows every field; ``GET /admin/faults`` shows the request counter and
+when the first and the latest counted request arrived (epoch seconds, null before any).
 
 Determinism: "every Nth" counts OAI-PMH requests (``/oai`` only, retries included), starting at
 1, since the options were last changed; request ``k`` is affected when ``k % N == 0``. So
@@ -326,20 +327,29 @@ class GatewayTimeout(Exception):
 
 
 class FaultState:
-    """The OAI request counter behind every "every Nth" mode (thread-safe)."""
+    """The OAI request counter behind every "every Nth" mode (thread-safe), with the arrival times
+    (epoch seconds) of the first and the latest request counted: the bench tells from them when
+    a harvester started asking and when it asked last."""
 
     def __init__(self):
         self._lock = threading.Lock()
         self._n = 0
+        self.first_at: float | None = None
+        self.last_at: float | None = None
 
     def next(self) -> int:
+        now = time.time()
         with self._lock:
             self._n += 1
+            if self.first_at is None:
+                self.first_at = now
+            self.last_at = now
             return self._n
 
     def reset(self) -> None:
         with self._lock:
             self._n = 0
+            self.first_at = self.last_at = None
 
     @property
     def requests(self) -> int:

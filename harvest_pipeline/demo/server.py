@@ -763,6 +763,8 @@ class _Handler(BaseHTTPRequestHandler):
             elif route == ("GET", "/admin/faults"):
                 provider = self.server.provider
                 self._json(200, {"requests": provider.faults.requests,
+                                 "first_request_at": provider.faults.first_at,
+                                 "last_request_at": provider.faults.last_at,
                                  "active": _faults.active_faults(provider.options),
                                  "presets": sorted(_faults.PRESETS)})
             elif route == ("GET", "/admin/options"):

@@ -46,6 +46,34 @@ def test_many_sources_section_verifies_every_window_and_reports_its_figures(tmp_
                 "harvester_tree_peak_mb", "farm_peak_mb"):
         assert level[key] is not None and level[key] > 0, key
     assert level["run_processes_peak"] >= 1 and level["run_process_peak_mb"] > 0
+    # Where the wall time went: each part measured and the parts in order within the wall.
+    b = level["breakdown"]
+    assert b["requests_per_source_max"] >= level["pages_per_source_max"]
+    for key in ("dagster_start_s", "launch_s", "to_first_request_median_s", "servers_busy_s", "after_last_response_s"):
+        assert b[key] is not None and b[key] >= 0, (key, b)
+    assert b["to_first_request_median_s"] <= b["to_first_request_max_s"]
+    assert b["dagster_start_s"] + b["launch_s"] + b["servers_busy_s"] < level["wall_s"] + 1
+    assert "where the wall time went" in proc.stdout
     names = [t["name"] for t in section["targets"]]
     assert any("shipped settings: >= 80% of server-bound" in n for n in names)
     assert any("machine peak memory <= 8 GB" in n for n in names)
+
+
+def test_the_wall_breakdown_splits_a_catch_up_into_its_parts():
+    from harvest_pipeline.bench.many_section import wall_breakdown
+
+    # dagster dev at 100; runs created at 105 and 106, started at 107 and 108, ended at 130 and 131;
+    # three servers asked first at 108.5, 109, 110 and last at 126, 127, 128, with 2 s per response.
+    runs = [(105.0, 107.0, 130.0), (106.0, 108.0, 131.0)]
+    served = [{"requests": 7, "first_request_at": 108.5, "last_request_at": 126.0},
+              {"requests": 8, "first_request_at": 109.0, "last_request_at": 127.0},
+              {"requests": 7, "first_request_at": 110.0, "last_request_at": 128.0}]
+    b = wall_breakdown(100.0, runs, served, 2.0)
+    assert b["dagster_start_s"] == 5.0 and b["launch_s"] == 2.0
+    assert b["to_first_request_median_s"] == 2.0 and b["to_first_request_max_s"] == 3.0
+    assert b["servers_busy_s"] == 130.0 - 108.5 and b["after_last_response_s"] == 1.0
+    assert b["requests_per_source_max"] == 8
+    # A server that saw nothing and a run not started yet leave those parts unknown, not wrong.
+    b = wall_breakdown(100.0, [(105.0, None, None)], [{"requests": 0, "first_request_at": None,
+                                                        "last_request_at": None}], 2.0)
+    assert b["launch_s"] is None and b["servers_busy_s"] is None and b["after_last_response_s"] is None

@@ -122,9 +122,24 @@ def test_fault_options_are_validated_shown_and_reset(p):
     p.set_options(faults="all-recoverable")  # replaces the faults set so far
     defaults = {k: f.default for k, f in FaultOptions.__dataclass_fields__.items()}
     preset = {k: v for k, v in PRESETS["all-recoverable"].items() if v != defaults[k]}
-    assert p.faults() == {"requests": 0, "active": preset, "presets": ["all-recoverable", "none"]}
+    assert p.faults() == {"requests": 0, "first_request_at": None, "last_request_at": None, "active": preset,
+                          "presets": ["all-recoverable", "none"]}
     p.set_options(faults="none")
     assert p.faults()["active"] == {}
+
+
+def test_the_request_counter_says_when_the_first_and_the_latest_request_came(p):
+    p.set_options(faults="none")  # the counter and its times start again
+    assert (p.faults()["first_request_at"], p.faults()["last_request_at"]) == (None, None)
+    before = time.time()
+    Raw(p, {"verb": "Identify"})
+    first = p.faults()
+    assert first["first_request_at"] == first["last_request_at"] and before <= first["first_request_at"] <= time.time()
+    time.sleep(0.05)
+    Raw(p, {"verb": "Identify"})
+    second = p.faults()
+    assert second["requests"] == 2 and second["first_request_at"] == first["first_request_at"]
+    assert second["last_request_at"] >= first["last_request_at"] + 0.04
 
 
 def test_cli_fault_flags_and_preset():
