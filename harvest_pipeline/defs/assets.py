@@ -23,7 +23,7 @@ from harvest_pipeline.errors import DeferredError, HarvestError
 from harvest_pipeline.harvest import stop
 from harvest_pipeline.harvest.server_facts import describe_server, read_facts, remember
 from harvest_pipeline.harvest.source_lock import SourceLock
-from harvest_pipeline.harvest.watermark import advance_stored
+from harvest_pipeline.harvest.watermark import advance_stored_many
 from harvest_pipeline.sources import SourceConfig
 from harvest_pipeline.store import transaction
 
@@ -177,8 +177,11 @@ class WindowRun:
         finally:
             lock.release()
 
-    def run_windows(self, keys: list[str], recorder: "EventRecorder") -> tuple[dict[str, str], dict[str, list[str]]]:
-        """Harvest `keys` in order, each recorded per partition through `recorder`.
+    def run_windows(self, keys: list[str], recorder: "EventRecorder", *,
+                    advance: bool = True) -> tuple[dict[str, str], dict[str, list[str]]]:
+        """Harvest `keys` in order, each recorded per partition through `recorder`, then advance
+        the source's watermark (`advance=False`: the caller advances it, a batch run all its
+        sources' at once: `advance_watermarks`).
 
         harvest_windows (harvest/sequence.py) merges window N while window N+1 is fetched; its
         callback records window N. Returns (failed windows with their first error line, windows
@@ -213,7 +216,8 @@ class WindowRun:
             self.source, windows, run_id=self.context.run.run_id, db_path=self.db_path,
             connect=self.connect, lister=self.lister, progress=self.progress, on_window_done=window_done,
         )
-        self.advance_watermark()
+        if advance:
+            self.advance_watermark()
         return failed, failing_checks
 
     def harvest_range(self, keys: list[str]):
@@ -241,12 +245,7 @@ class WindowRun:
             )
 
     def advance_watermark(self) -> None:
-        windows = closed_windows(self.partitions_def, datetime.now(timezone.utc))
-        try:
-            with self.connect() as con, transaction(con):
-                advance_stored(con, self.source.id, windows)
-        except HarvestError as exc:  # locked: the next run, the CLI or status catches up
-            self.context.log.warning(f"{self.source.id}: watermark not advanced this time: {exc}")
+        advance_watermarks([self])
 
     def _remember_facts_once(self) -> None:
         """A source's first harvest stores its server facts (a refresh updates them later)."""
@@ -258,6 +257,21 @@ class WindowRun:
                      learned_by=f"first harvest (run {self.context.run.run_id[:8]})")
         except Exception as exc:  # noqa: BLE001 - the window itself reports the server's error
             self.context.log.warning(f"{self.source.id}: server facts not learned: {_first_line(exc)}")
+
+
+def advance_watermarks(runs: list[WindowRun]) -> None:
+    """Advance the watermarks of the runs' sources over their verified windows, in one transaction
+    (runs of one catalogue); a catalogue that refuses is said in the log, and the next run, the CLI
+    or `status` catches up."""
+    if not runs:
+        return
+    now = datetime.now(timezone.utc)
+    windows = {run.source.id: closed_windows(run.partitions_def, now) for run in runs}
+    try:
+        with runs[0].connect() as con, transaction(con):
+            advance_stored_many(con, windows)
+    except HarvestError as exc:
+        runs[0].context.log.warning(f"{', '.join(windows)}: watermark not advanced this time: {exc}")
 
 
 class EventRecorder:

@@ -74,11 +74,20 @@ def advance_stored(con, source_id: str, windows: list[tuple[str, datetime, datet
 
     Runs call this when their windows are done (the sensor only reads), and so does the CLI.
     """
-    current = ledger.get_watermark(con, source_id)
-    rows = {r.window_start: r for r in ledger.list_windows(con, source_id, since=current)}
-    new = advance(windows, rows, current)
-    if new is not None and new != current:
-        ledger.set_watermark(con, source_id, new)
+    return advance_stored_many(con, {source_id: windows})[source_id]
+
+
+def advance_stored_many(con, windows_by_source: dict[str, list[tuple[str, datetime, datetime]]]) -> dict[str, datetime | None]:
+    """`advance_stored` of several sources in three statements whatever their number: a batch run
+    advances its sources' watermarks together at its end (each source's own transaction, at the
+    same time as a hundred others, waited about 1 s for the catalogue, measured)."""
+    current = ledger.get_watermarks(con, list(windows_by_source))
+    rows = ledger.list_windows_since(con, current)
+    new = {source_id: advance(windows, {r.window_start: r for r in rows[source_id]}, current[source_id])
+           for source_id, windows in windows_by_source.items()}
+    moved = {source_id: w for source_id, w in new.items() if w is not None and w != current[source_id]}
+    if moved:
+        ledger.set_watermarks(con, moved)
     return new
 
 

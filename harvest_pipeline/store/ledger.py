@@ -19,7 +19,7 @@ from typing import Any
 import duckdb
 
 from harvest_pipeline.http.redaction import redact_text
-from harvest_pipeline.store.backend import EMBEDDED, Upsert, copied, dialect, upsert_in_place
+from harvest_pipeline.store.backend import EMBEDDED, Upsert, copied, dialect, upsert_in_place, upsert_rows_in_place
 from harvest_pipeline.store.clock import to_naive_utc, utcnow
 
 # Window statuses. Only VERIFIED and UNPROVEN let the watermark pass.
@@ -238,10 +238,37 @@ def list_windows(con: duckdb.DuckDBPyConnection, source_id: str, *, since: datet
     return [WindowRow(*r) for r in rows]
 
 
+def list_windows_since(con: duckdb.DuckDBPyConnection, since: dict[str, datetime | None]) -> dict[str, list[WindowRow]]:
+    """Each source's windows from its `since` on (all of them for None), in order, in one statement."""
+    out: dict[str, list[WindowRow]] = {source_id: [] for source_id in since}
+    if not since:
+        return out
+    ids = list(since)
+    rows = con.execute(
+        f"SELECT w.{', w.'.join(_WINDOW_COLUMNS)} FROM harvest_windows w"
+        " JOIN (SELECT unnest(?::VARCHAR[]) AS source_id, unnest(?::TIMESTAMP[]) AS since) s"
+        " ON s.source_id = w.source_id AND (s.since IS NULL OR w.window_start >= s.since)"
+        " ORDER BY w.source_id, w.window_start",
+        [ids, [to_naive_utc(since[i]) for i in ids]],
+    ).fetchall()
+    for r in rows:
+        row = WindowRow(*r)
+        out[row.source_id].append(row)
+    return out
+
+
 # --- source_state --------------------------------------------------------------------------
 def get_watermark(con: duckdb.DuckDBPyConnection, source_id: str) -> datetime | None:
-    row = con.execute("SELECT watermark FROM source_state WHERE source_id = ?", [source_id]).fetchone()
-    return row[0] if row else None
+    return get_watermarks(con, [source_id])[source_id]
+
+
+def get_watermarks(con: duckdb.DuckDBPyConnection, source_ids: list[str]) -> dict[str, datetime | None]:
+    """The sources' watermarks (None: none stored), in one statement."""
+    found = dict(con.execute(
+        "SELECT source_id, watermark FROM source_state WHERE source_id IN (SELECT unnest(?::VARCHAR[]))",
+        [list(source_ids)],
+    ).fetchall()) if source_ids else {}
+    return {source_id: found.get(source_id) for source_id in source_ids}
 
 
 _SET_WATERMARK = Upsert(
@@ -255,6 +282,12 @@ _SET_WATERMARK = Upsert(
 
 def set_watermark(con: duckdb.DuckDBPyConnection, source_id: str, watermark: datetime) -> None:
     upsert_in_place(con, _SET_WATERMARK, [source_id, to_naive_utc(watermark), utcnow()])
+
+
+def set_watermarks(con: duckdb.DuckDBPyConnection, watermarks: dict[str, datetime]) -> None:
+    """`set_watermark` of several sources (into the embedded file: one UPDATE and one INSERT)."""
+    now = utcnow()
+    upsert_rows_in_place(con, _SET_WATERMARK, [[s, to_naive_utc(w), now] for s, w in watermarks.items()])
 
 
 _RECORD_IDENTIFY = Upsert(

@@ -173,6 +173,37 @@ def test_a_batch_run_harvests_several_sources_and_a_failing_window_fails_alone(d
             assert ledger.get_window(con, "alpha", broken.start.replace(tzinfo=None)).status == ledger.VERIFIED
 
 
+
+def test_a_batch_run_advances_its_sources_watermarks_together_at_its_end(demo, db_path, monkeypatch):
+    """A hundred sources of a batch run end together: their watermarks are advanced in one
+    transaction at the run's end (one each, at once, kept the catalogue busy about 1 s after the
+    last response), and each still moves over its own verified windows only."""
+    import harvest_pipeline.defs.assets as assets
+
+    sources = [demo_source(demo, id=sid) for sid in ("alpha", "beta")]
+    for source in sources:
+        learn_facts(source)
+    defs = build_definitions(sources)
+    keys = {sid: defs.resolve_assets_def(dg.AssetKey(["harvest", sid])).partitions_def.get_partition_keys()
+            for sid in ("alpha", "beta")}
+    broken = day_window(3)
+    path = staging_path(db_path, "beta", broken.start)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"")  # beta's window of three days ago fails: its watermark stops before it
+    calls = []
+    advance = assets.advance_stored_many
+    monkeypatch.setattr(assets, "advance_stored_many", lambda con, windows: calls.append(sorted(windows)) or advance(con, windows))
+    with dg.instance_for_test() as instance:
+        result = defs.resolve_job_def(BATCH_JOB).execute_in_process(
+            instance=instance, run_config=batch_run_config(keys), raise_on_error=False,
+        )
+    assert not result.success  # beta's broken window
+    assert calls == [["alpha", "beta"]]
+    with connect(db_path) as con:
+        assert ledger.get_watermark(con, "alpha") == today().replace(tzinfo=None)
+        assert ledger.get_watermark(con, "beta") == broken.start.replace(tzinfo=None)
+
+
 def test_sensor_does_not_request_windows_already_in_flight(demo, db_path):
     source = demo_source(demo, windows_per_run=30)
     learn_facts(source)

@@ -55,3 +55,41 @@ def test_an_error_inside_leaves_the_verdicts_unwritten(tmp_path):
         assert con.execute("SELECT status FROM harvest_windows").fetchall() == [("running",)]
         ledger.finish_window(con, source_id="s", window_start=DAY, **_verdict(1))  # outside: written at once
         assert con.execute("SELECT status FROM harvest_windows").fetchall() == [("verified",)]
+
+
+def _watermark_ledger(db) -> None:
+    """Four daily windows of four sources: s0 all verified, s1 the third failed, s2 none verified,
+    s3 all verified and a watermark stored after its second."""
+    with connect(db) as con:
+        for n in range(4):
+            for d in range(4):
+                ledger.begin_window(con, source_id=f"s{n}", window_start=DAY + timedelta(days=d),
+                                    window_end=DAY + timedelta(days=d + 1), partition_key=f"d{d}", run_id="run",
+                                    from_param="a", until_param="b")
+        con.execute("UPDATE harvest_windows SET status = 'verified' WHERE source_id <> 's2'")
+        con.execute("UPDATE harvest_windows SET status = 'failed' WHERE source_id = 's1' AND partition_key = 'd2'")
+        ledger.set_watermark(con, "s3", DAY + timedelta(days=2))
+
+
+def test_watermarks_advanced_together_equal_those_advanced_one_by_one(tmp_path):
+    from harvest_pipeline.harvest.watermark import advance_stored, advance_stored_many
+
+    windows = [(f"d{d}", DAY + timedelta(days=d), DAY + timedelta(days=d + 1)) for d in range(4)]
+    sources = [f"s{n}" for n in range(4)]
+    _watermark_ledger(tmp_path / "alone.duckdb")
+    _watermark_ledger(tmp_path / "together.duckdb")
+    with connect(tmp_path / "alone.duckdb") as con:
+        alone = {s: advance_stored(con, s, windows) for s in sources}
+        stored_alone = {s: ledger.get_watermark(con, s) for s in sources}
+    with connect(tmp_path / "together.duckdb") as con:
+        counted = Counted(con)
+        together = advance_stored_many(counted, {s: windows for s in sources})
+        stored_together = {s: ledger.get_watermark(con, s) for s in sources}
+    assert together == alone == {"s0": DAY + timedelta(days=4), "s1": DAY + timedelta(days=2), "s2": None,
+                                 "s3": DAY + timedelta(days=4)}
+    assert stored_together == stored_alone == together
+    # Read the watermarks, read the windows, write the moved ones (an UPDATE, then an INSERT for
+    # the sources without a source_state row): four statements for four sources (besides the
+    # question of the connection's kind, asked once per connection).
+    statements = [s for s in counted.statements if "duckdb_databases()" not in s]
+    assert len(statements) == 4, statements
