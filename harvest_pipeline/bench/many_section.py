@@ -16,7 +16,9 @@ below with one request at a time. All sources served at once, the whole catalogu
 date in that time, so the bar is records / (one source's server time); the ratio reported is the
 aggregate records/s over that bar (= one source's server time / wall). Target >= 0.8. The wall
 time runs from starting ``dagster dev`` to the end of the last run (Dagster's run record), not to
-the poll that noticed it.
+the poll that noticed it. Where it went (``wall_breakdown``): Dagster's start-up until the first
+run, that run's launch, its start until each source's first request, the servers' busy span and
+what followed the last response, from the run records and each provider's request counter.
 
 Memory: the whole machine's used memory (MemTotal - MemAvailable, every 0.5 s) minus its value
 just before ``dagster dev`` starts (other work on the machine moves it too: noisy), the summed RSS
