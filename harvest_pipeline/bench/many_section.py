@@ -185,13 +185,6 @@ def _set_delay(urls: list[str], delay_ms: int) -> None:
         _admin(url, "POST", "/admin/options", {"slow_ms": delay_ms})
 
 
-def _requests_served(urls: list[str]) -> int | None:
-    try:
-        return sum(int(_admin(u, "GET", "/admin/faults").get("requests") or 0) for u in urls)
-    except Exception:  # noqa: BLE001 - a count for the report only
-        return None
-
-
 def _request_times(urls: list[str]) -> list[dict]:
     """Each provider's request counter: how many OAI requests since the delay was switched on, and
     when the first and the latest of them arrived (epoch seconds; empty when it cannot say)."""
@@ -199,6 +192,10 @@ def _request_times(urls: list[str]) -> list[dict]:
         return [_admin(u, "GET", "/admin/faults") for u in urls]
     except Exception:  # noqa: BLE001 - a breakdown for the report only
         return []
+
+
+def _total_requests(served: list[dict]) -> int | None:
+    return sum(int(d.get("requests") or 0) for d in served) if served else None
 
 
 def wall_breakdown(t0: float, runs: list[tuple[float, float | None, float | None]], served: list[dict],
@@ -314,7 +311,7 @@ def run_level(args, max_runs: str, urls: list[str], first_day: str, farm, folder
         raise RuntimeError(f"harvest-pipeline facts failed: {(facts.stdout + facts.stderr)[-800:]}")
     create_instance_storage(home)
     _set_delay(urls, delay_ms)
-    requests0 = _requests_served(urls)
+    requests0 = _total_requests(_request_times(urls))
     load0 = os.getloadavg()
     baseline = _meminfo_used_mb()
     log(f"many: {n} sources x {days} windows, {delay_ms} ms per response, max_concurrent_runs {limit}"
@@ -364,7 +361,7 @@ def run_level(args, max_runs: str, urls: list[str], first_day: str, farm, folder
             _stop(proc)
     load1 = os.getloadavg()
     served = _request_times(urls)
-    requests = sum(int(d.get("requests") or 0) for d in served) if served else None
+    requests = _total_requests(served)
     ledger = _ledger(db, pg_dsn)
     pages = sorted(ledger["pages"].values())
     one_source_s = (max(pages) if pages else 0) * delay_ms / 1000

@@ -177,11 +177,9 @@ class WindowRun:
         finally:
             lock.release()
 
-    def run_windows(self, keys: list[str], recorder: "EventRecorder", *,
-                    advance: bool = True) -> tuple[dict[str, str], dict[str, list[str]]]:
-        """Harvest `keys` in order, each recorded per partition through `recorder`, then advance
-        the source's watermark (`advance=False`: the caller advances it, a batch run all its
-        sources' at once: `advance_watermarks`).
+    def run_windows(self, keys: list[str], recorder: "EventRecorder") -> tuple[dict[str, str], dict[str, list[str]]]:
+        """Harvest `keys` in order, each recorded per partition through `recorder`; the caller
+        advances the watermark (a batch run all its sources' at once: `advance_watermarks`).
 
         harvest_windows (harvest/sequence.py) merges window N while window N+1 is fetched; its
         callback records window N. Returns (failed windows with their first error line, windows
@@ -216,8 +214,6 @@ class WindowRun:
             self.source, windows, run_id=self.context.run.run_id, db_path=self.db_path,
             connect=self.connect, lister=self.lister, progress=self.progress, on_window_done=window_done,
         )
-        if advance:
-            self.advance_watermark()
         return failed, failing_checks
 
     def harvest_range(self, keys: list[str]):
@@ -225,6 +221,7 @@ class WindowRun:
         recorder = EventRecorder(self.context)
         try:
             failed, failing_checks = self.run_windows(keys, recorder)
+            self.advance_watermark()
         finally:
             recorder.close()
         # Dagster wants each declared check once per run: a summary of the range (partition None).

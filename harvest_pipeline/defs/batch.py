@@ -89,7 +89,7 @@ def build_batch_job(sources: list[SourceConfig], partitions_by_source: dict) -> 
                             progress=progress)
             try:
                 with run.source_lock():
-                    bad, _ = run.run_windows(plan[source_id], recorder, advance=False)
+                    bad, _ = run.run_windows(plan[source_id], recorder)
                 with guard:
                     harvested.append(run)
             except Exception as exc:  # noqa: BLE001 - a source that cannot start fails alone

@@ -105,12 +105,11 @@ def read_ledgers(db_path: Path, source_ids: list[str]) -> dict[str, tuple[dateti
     """Per source (watermark, ledger rows from it on); empty before the first harvest. Raises StoreLockedError."""
     if not db_path.exists():
         return {}
-    out = {}
     with connect(db_path, read_only=True, wait_seconds=LEDGER_WAIT_SECONDS) as con:
-        for sid in source_ids:
-            watermark = ledger.get_watermark(con, sid)
-            out[sid] = (watermark, {r.window_start: r for r in ledger.list_windows(con, sid, since=watermark)})
-    return out
+        # Two statements for every source (a tick of 100 sources asked 200 before).
+        watermarks = ledger.get_watermarks(con, list(source_ids))
+        rows = ledger.list_windows_since(con, watermarks)
+    return {sid: (watermarks[sid], {r.window_start: r for r in rows[sid]}) for sid in source_ids}
 
 
 def plan_runs(due: dict[str, list[list[str]]], per_run: int) -> list[dict[str, list[str]]]:

@@ -230,12 +230,7 @@ def get_window(con: duckdb.DuckDBPyConnection, source_id: str, window_start: dat
 
 
 def list_windows(con: duckdb.DuckDBPyConnection, source_id: str, *, since: datetime | None = None) -> list[WindowRow]:
-    rows = con.execute(
-        f"SELECT {', '.join(_WINDOW_COLUMNS)} FROM harvest_windows WHERE source_id = ?"
-        " AND (? IS NULL OR window_start >= ?) ORDER BY window_start",
-        [source_id, to_naive_utc(since), to_naive_utc(since)],
-    ).fetchall()
-    return [WindowRow(*r) for r in rows]
+    return list_windows_since(con, {source_id: since})[source_id]
 
 
 def list_windows_since(con: duckdb.DuckDBPyConnection, since: dict[str, datetime | None]) -> dict[str, list[WindowRow]]:
@@ -281,7 +276,7 @@ _SET_WATERMARK = Upsert(
 
 
 def set_watermark(con: duckdb.DuckDBPyConnection, source_id: str, watermark: datetime) -> None:
-    upsert_in_place(con, _SET_WATERMARK, [source_id, to_naive_utc(watermark), utcnow()])
+    set_watermarks(con, {source_id: watermark})
 
 
 def set_watermarks(con: duckdb.DuckDBPyConnection, watermarks: dict[str, datetime]) -> None:
