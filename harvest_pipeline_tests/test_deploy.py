@@ -1,4 +1,4 @@
-"""deploy/: the instance config is valid Dagster config and the image's command resolves."""
+""".deploy/: the instance config is valid Dagster config and the image's command resolves."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-DEPLOY = ROOT / "deploy"
+DEPLOY = ROOT / ".deploy"
 
 
 def test_the_instance_config_validates_against_dagsters_schema(monkeypatch):
@@ -55,4 +55,4 @@ def test_the_images_command_resolves():
     assert done.returncode == 0 and "--location-name" in done.stdout, done.stderr
     # What the image installs is what the project declares.
     assert "pip install --no-cache-dir '.[deploy]'" in dockerfile
-    assert "COPY deploy/dagster.yaml /app/dagster_home/dagster.yaml" in dockerfile
+    assert "COPY .deploy/dagster.yaml /app/dagster_home/dagster.yaml" in dockerfile

@@ -2,7 +2,7 @@
 
 Each worker is its own process with its own local folders (catalogue path, staging, host-lock
 folder) and its own DAGSTER_HOME; what they share is PostgreSQL: Dagster's run storage
-(deploy/dagster.yaml's `storage` section), the catalogue and the politeness gate. Together they
+(.deploy/dagster.yaml's `storage` section), the catalogue and the politeness gate. Together they
 harvest 10 demo sources at once through a recording proxy (one host for every source).
 """
 
@@ -47,8 +47,8 @@ def _sources_yaml(url: str) -> str:
 
 
 def _instance_yaml(pg_port: int, db: str) -> tuple[str, dict]:
-    """deploy/dagster.yaml without its Docker run launcher (these workers run in-process)."""
-    config = yaml.safe_load((ROOT / "deploy" / "dagster.yaml").read_text())
+    """.deploy/dagster.yaml without its Docker run launcher (these workers run in-process)."""
+    config = yaml.safe_load((ROOT / ".deploy" / "dagster.yaml").read_text())
     config.pop("run_launcher")
     env = {"DAGSTER_PG_HOST": "127.0.0.1", "DAGSTER_PG_PORT": str(pg_port), "DAGSTER_PG_DB": db,
            "DAGSTER_PG_USER": "harvest", "DAGSTER_PG_PASSWORD": ""}
