@@ -322,3 +322,18 @@ def test_records_whose_keys_collide_are_told_apart_or_the_merge_stops(db, monkey
     counts, table = _merge(one, [("d", t, False, "<x>d</x>")], run="r3")
     assert counts.created == 1
     assert [row[1] for row in table] == ["a", "d"]
+
+
+def test_new_versions_spread_over_row_groups_update_exactly_their_rows(db):
+    """A small window's UPDATE names its rows' ids (so DuckDB reads only their row groups): new
+    versions of records stored in different row groups (16,384 rows each) rewrite those rows and
+    no other."""
+    t = W0 + timedelta(hours=1)
+    stored = [(f"r{n:05d}", t, False, f"<x>{n}</x>") for n in range(40_000)]
+    counts, _ = _merge(db, stored, run="r1")
+    assert counts.created == 40_000
+    picked = ["r00003", "r17000", "r39999"]  # first, second and third row group
+    counts, table = _merge(db, [(i, t + timedelta(hours=1), False, f"<x>{i} v2</x>") for i in picked], run="r2")
+    assert (counts.updated, counts.created, counts.stored) == (3, 0, 3)
+    changed = {row[1]: row[7] for row in table if row[7] != f"<x>{int(row[1][1:])}</x>"}
+    assert changed == {i: f"<x>{i} v2</x>" for i in picked}
