@@ -6,7 +6,7 @@ process the harvest threads keep Python's GIL busy, and starting a thread waits 
 thread has held the GIL once: a median 15-110 ms, up to 1.3 s, spent by the window that started
 it. `ThreadPoolExecutor` starts its threads under a lock that every pool of the process shares,
 so those waits also held up every other source's next request (p90 0.98 s per submit; a /tmp
-trace of 100 latency-bound sources, see README "Seventeenth round").
+trace of 100 latency-bound sources, see "Seventeenth round" in bench/ROUNDS.md).
 
 Here a thread that finishes a call waits for the next one, so after the first windows no thread
 is started, and a thread is started under no lock that another submitter needs. Idle threads

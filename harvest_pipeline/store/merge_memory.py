@@ -21,8 +21,8 @@ The settings go through a cursor of their own, so a refused change (DuckDB could
 go) leaves the merge's transaction alone: the writes then run at the whole limit.
 
 The lower limit is a saving, not a bound the merge needs: a 100,000-record window's writes ran out
-of memory at it now and then (2 of about 65 runs of one harvest, "Thirteenth round" in the README's
-Benchmark). When they do, `ran_out_lowered` says the merge is worth running again and this process
+of memory at it now and then (2 of about 65 runs of one harvest, "Thirteenth round" in
+bench/ROUNDS.md). When they do, `ran_out_lowered` says the merge is worth running again and this process
 writes at the whole limit from then on.
 """
 
