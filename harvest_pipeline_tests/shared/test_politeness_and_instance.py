@@ -105,7 +105,7 @@ def test_the_deploy_instance_runs_on_postgresql(pg_server, monkeypatch, tmp_path
     for k, v in {"DAGSTER_PG_HOST": "127.0.0.1", "DAGSTER_PG_PORT": str(pg_server.port), "DAGSTER_PG_DB": db,
                  "DAGSTER_PG_USER": "harvest", "DAGSTER_PG_PASSWORD": ""}.items():
         monkeypatch.setenv(k, v)
-    instance = dg.DagsterInstance.from_config(str(ROOT / "deploy"))
+    instance = dg.DagsterInstance.from_config(str(ROOT / ".deploy"))
     try:
         assert isinstance(instance.run_storage, PostgresRunStorage)
         assert type(instance.run_launcher).__name__ == "DockerRunLauncher"
