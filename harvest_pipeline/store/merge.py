@@ -717,13 +717,11 @@ def _write_slice(con, first_page, last_page, *, source_id, window_start, window_
         # another identifier's): a row not updated is one whose identifier differed.
         match = ("records.rowid = u.row_id AND records.identifier = u.identifier" if by_rowid
                  else "records.source_id = ? AND records.identifier = u.identifier")
-        if by_rowid and 0 < to_update <= SMALL_LOOKUP:
-            # The row ids as constants too: DuckDB then reads only the row groups that hold them
-            # (a join alone scanned every row of `records` to find the 150 rows of a small window).
-            row_ids = [r[0] for r in con.execute(
-                f"SELECT c.row_id FROM classified c WHERE c.page_number BETWEEN {int(first_page)} AND {int(last_page)}"
-                f" AND c.existed AND {_WRITES}"
-            ).fetchall()]
+        # Up to SMALL_LOOKUP rows, their ids as constants too: DuckDB then reads only the row groups
+        # that hold them (a join alone scanned every row of `records` to find a small window's rows).
+        row_ids = small_list(con, f"SELECT c.row_id FROM classified c WHERE c.page_number BETWEEN {int(first_page)}"
+                                  f" AND {int(last_page)} AND c.existed AND {_WRITES}") if by_rowid and to_update else None
+        if row_ids is not None:
             match += f" AND records.rowid IN {sql_list(row_ids)}"
         updated = con.execute(
             f"""
