@@ -147,15 +147,15 @@ class _SharedCatalogue:
                     f"{path} is open read-only in this process; a connection with a different configuration waits"
                 )
             con = shared.root.cursor()
-            try:
-                con.execute(f"USE {ATTACHED_ALIAS}")
-            except BaseException:
-                con.close()
-                if not shared.users:
-                    cls._close(key)
-                raise
             shared.users += 1
-            return con
+        # Outside the lock: a statement gives up the GIL, and taking it back can wait for other
+        # threads; the lock held meanwhile would make every other thread's open wait too.
+        try:
+            con.execute(f"USE {ATTACHED_ALIAS}")
+        except BaseException:
+            cls.release(path, con)
+            raise
+        return con
 
     @classmethod
     def release(cls, path: Path, con: duckdb.DuckDBPyConnection) -> None:
