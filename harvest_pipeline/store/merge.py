@@ -363,7 +363,6 @@ def merge_staging(
         raise
     finally:
         merge_memory.done(con)  # a large window's settings (threads, memory limit) given back
-    _hide_staging(con)
     return counts
 
 
@@ -589,16 +588,17 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     # the two statements above wrote (their own row counts), plus the versions found already
     # stored, identical or older than the stored one.
     stored = int(inserted) + int(updated) + int(by_action.get("unchanged", 0)) + int(by_action.get("stale", 0))
-    distinct = con.execute("SELECT count(*) FROM classified").fetchone()[0]
+    distinct = sum(by_action.values())  # one action per received identifier
     examples = [r[0] for r in con.execute(
         "SELECT identifier FROM latest WHERE listed > 1 ORDER BY identifier LIMIT ?", [DUPLICATE_EXAMPLES]
     ).fetchall()] if received > distinct else []
-    con.execute("DROP TABLE classified")
-    con.execute("DROP TABLE stored")
-    con.execute("DROP TABLE stored_before")
-    if fingerprinted:
-        con.execute("DROP TABLE compared")
-    con.execute("DROP TABLE latest")
+    if received > LARGE_WINDOW_ROWS:
+        # A large window's temp tables are let go before its commit. A small window's stay until
+        # its cursor is closed (after the transaction) or the next merge replaces them: in a busy
+        # process every statement waits for Python's GIL a few times (bench/ROUNDS.md).
+        for table in ("classified", "stored", "stored_before", *(("compared",) if fingerprinted else ()), "latest"):
+            con.execute(f"DROP TABLE {table}")
+        _hide_staging(con)
     return MergeCounts(
         received=int(received),
         distinct_received=int(distinct),

@@ -96,11 +96,10 @@ def _merge_new_records(con, windows: list[StagedWindow], grouped: dict[int, list
     con.execute(f"INSERT INTO g_windows VALUES {rows_sql}", params)
     # No clean-up after an error: the transaction is aborted (a statement would raise again and
     # hide the error), and the next group replaces these tables.
-    counts = _merge_grouped(con, now, kind)
-    for table in ("g_classified", "g_before", "g_latest", "g_windows", "g_files"):
-        con.execute(f"DROP TABLE IF EXISTS {table}")
-    con.execute("RESET VARIABLE stg_group_files")
-    return counts
+    # The group's temp tables (of at most LARGE_WINDOW_ROWS rows) stay until the cursor is closed
+    # after the transaction, or the next group replaces them: no statements to drop them (in a
+    # busy process each statement waits for Python's GIL a few times; bench/ROUNDS.md).
+    return _merge_grouped(con, now, kind)
 
 
 def _pg_pairs(con, column: str, pg_type: str, query_for) -> str:
