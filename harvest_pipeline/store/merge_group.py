@@ -94,11 +94,10 @@ def _merge_new_records(con, windows: list[StagedWindow], grouped: dict[int, list
     con.execute("CREATE OR REPLACE TEMP TABLE g_windows (w INTEGER, source_id VARCHAR, window_start TIMESTAMP, "
                 "window_end TIMESTAMP, run_id VARCHAR, attempt_id VARCHAR)")
     con.execute(f"INSERT INTO g_windows VALUES {rows_sql}", params)
-    # No clean-up after an error: the transaction is aborted (a statement would raise again and
-    # hide the error), and the next group replaces these tables.
-    # The group's temp tables (of at most LARGE_WINDOW_ROWS rows) stay until the cursor is closed
-    # after the transaction, or the next group replaces them: no statements to drop them (in a
-    # busy process each statement waits for Python's GIL a few times; bench/ROUNDS.md).
+    # The group's temp tables (at most LARGE_WINDOW_ROWS rows) are not dropped, after an error or
+    # after the merge: the cursor is closed after the transaction, and the next group on it
+    # replaces them (in a busy process each statement waits for Python's GIL a few times;
+    # bench/ROUNDS.md).
     return _merge_grouped(con, now, kind)
 
 
