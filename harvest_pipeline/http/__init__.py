@@ -6,7 +6,8 @@ raises one :class:`~harvest_pipeline.errors.HarvestError`. Each concern has its 
 * :mod:`.retries`: what is retried, backoff and Retry-After, deferral, :class:`TransportEvent`;
 * :mod:`.politeness`: per-host request slots and minimum interval, shared across processes;
 * :mod:`.body`: streamed reading, Content-Encoding decoding, size caps, truncation;
-* :mod:`.redaction`: credentials never shown in messages, events or logs.
+* :mod:`.redaction`: credentials never shown in messages, events or logs;
+* :mod:`.environment`: proxies, CA bundle and netrc from the environment, read once per origin.
 """
 
 import importlib

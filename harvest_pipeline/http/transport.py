@@ -22,7 +22,9 @@ warning. ``Transport.stats`` counts requests, attempts, retries and seconds spen
 
 One :class:`requests.Session` per transport (keep-alive); a session passed in keeps its
 headers and adapters, except that requests' default adapters are replaced by the deadline-aware
-:class:`~.deadline.DeadlineAdapter` (headers go with each request).
+:class:`~.deadline.DeadlineAdapter` (headers go with each request), and that the environment
+(proxies, CA bundle, netrc) is read once per origin by :mod:`.environment`, not by requests on
+each request.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import requests
 from harvest_pipeline.errors import BudgetExceeded, DeferredError, HTTPStatusError, TransportError
 from harvest_pipeline.http import deadline as deadlines
 from harvest_pipeline.http.body import BodyReader, DeadlinePassed, TransportResponse
+from harvest_pipeline.http.environment import OriginEnvironment
 from harvest_pipeline.http.politeness import SlotTimeout, gate_for, host_key
 from harvest_pipeline.http.redaction import (
     HARMLESS_HEADERS,
@@ -162,6 +165,8 @@ class Transport:
                                  if http.request_deadline_seconds is not None else 10 * self.timeout)
         self.not_after: float | None = None  # time.monotonic() value: the caller's time budget
         self._budget_label = ""
+        # Proxies, CA bundle and netrc from the environment, once per origin, not per request.
+        self._environment = OriginEnvironment(self.session, lambda found: self._redactor.collect(found, None))
         deadlines.install(self.session)
         redact_library_logs()
 
@@ -393,9 +398,12 @@ class Transport:
         for _ in range(MAX_REDIRECTS + 1):
             wait = max(0.001, min(self.timeout, dl.remaining()))
             phase["name"] = "the response headers"
+            reach = self._environment.reach(url, origin)
             try:
                 resp = self.session.request(
-                    method, url, params=params, data=data, headers=headers, auth=auth,
+                    method, url, params=params, data=data, headers=headers,
+                    auth=auth if auth is not None or self.session.auth else reach.netrc_auth,
+                    proxies=reach.proxies, verify=reach.verify,
                     timeout=(wait, wait), stream=True, allow_redirects=False,
                 )
             except requests.Timeout as e:
