@@ -17,7 +17,7 @@ from harvest_pipeline.errors import HTTPStatusError, TransportError
 from harvest_pipeline.http import environment
 from harvest_pipeline.http.environment import OriginEnvironment
 from harvest_pipeline.http.transport import Transport, origin
-from harvest_pipeline_tests.http.test_transport import rec, settings  # noqa: F401 - the recorder fixture
+from harvest_pipeline_tests.http.test_transport import settings
 
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy",
               "all_proxy", "no_proxy", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NETRC")
@@ -39,7 +39,7 @@ def _dead_port() -> int:
     return port
 
 
-def test_a_proxy_from_the_environment_carries_the_request(clean_env, rec):  # noqa: F811
+def test_a_proxy_from_the_environment_carries_the_request(clean_env, rec):
     clean_env.setenv("HTTP_PROXY", rec.base)
     t = Transport(settings())
     t.get("http://harvest.invalid/oai", params={"verb": "Identify"})
@@ -47,14 +47,14 @@ def test_a_proxy_from_the_environment_carries_the_request(clean_env, rec):  # no
     assert rec.log[0]["path"] == "http://harvest.invalid/oai?verb=Identify"
 
 
-def test_no_proxy_sends_the_host_direct(clean_env, rec):  # noqa: F811
+def test_no_proxy_sends_the_host_direct(clean_env, rec):
     clean_env.setenv("HTTP_PROXY", f"http://127.0.0.1:{_dead_port()}")
     clean_env.setenv("NO_PROXY", "127.0.0.1")
     Transport(settings()).get(rec.base + "/oai")
     assert rec.log[0]["path"] == "/oai"
 
 
-def test_a_session_that_does_not_trust_the_environment_is_left_so(clean_env, rec):  # noqa: F811
+def test_a_session_that_does_not_trust_the_environment_is_left_so(clean_env, rec):
     clean_env.setenv("HTTP_PROXY", f"http://127.0.0.1:{_dead_port()}")
     session = requests.Session()
     session.trust_env = False
@@ -65,7 +65,7 @@ def test_a_session_that_does_not_trust_the_environment_is_left_so(clean_env, rec
         Transport(settings()).get(rec.base + "/oai")
 
 
-def test_the_environment_is_read_once_per_origin(clean_env, rec, monkeypatch):  # noqa: F811
+def test_the_environment_is_read_once_per_origin(clean_env, rec, monkeypatch):
     calls = []
     real = environment.get_environ_proxies
     monkeypatch.setattr(environment, "get_environ_proxies", lambda url, *a, **k: calls.append(url) or real(url, *a, **k))
@@ -77,7 +77,7 @@ def test_the_environment_is_read_once_per_origin(clean_env, rec, monkeypatch):  
     assert [origin(u) for u in calls] == [origin(rec.base), origin(rec.base.replace("127.0.0.1", "localhost"))]
 
 
-def test_netrc_credentials_are_sent_and_redacted(clean_env, rec, tmp_path):  # noqa: F811
+def test_netrc_credentials_are_sent_and_redacted(clean_env, rec, tmp_path):
     netrc = tmp_path / "netrc"
     netrc.write_text("machine 127.0.0.1 login netrc-user password netrc-PW-4471\n")
     netrc.chmod(0o600)
