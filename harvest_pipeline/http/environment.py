@@ -15,9 +15,9 @@ Credentials found in a netrc file are handed to the transport's redactor, like c
 from __future__ import annotations
 
 import os
-import threading
 from dataclasses import dataclass
 from typing import Any, Callable
+from urllib.parse import urlsplit
 
 import requests
 from requests.utils import get_environ_proxies, get_netrc_auth
@@ -43,18 +43,15 @@ class OriginEnvironment:
         self.enabled = bool(session.trust_env)
         session.trust_env = False  # requests stops reading the environment per request; we read it here
         self._on_credentials = on_credentials
-        self._by_origin: dict[tuple[str, str, int | None], Reach] = {}
-        self._lock = threading.Lock()
+        self._by_origin: dict[tuple[str, str], Reach] = {}
 
-    def reach(self, url: str, origin_of: Callable[[str], tuple[str, str, int | None]]) -> Reach:
+    def reach(self, url: str) -> Reach:
         if not self.enabled:
             return _DIRECT
-        key = origin_of(url)
+        key = urlsplit(url)[:2]  # scheme and host:port
         found = self._by_origin.get(key)
-        if found is None:
-            found = self._read(url)
-            with self._lock:
-                self._by_origin[key] = found
+        if found is None:  # two threads may both read it the first time: the same answer
+            found = self._by_origin[key] = self._read(url)
         return found
 
     def _read(self, url: str) -> Reach:

@@ -398,7 +398,7 @@ class Transport:
         for _ in range(MAX_REDIRECTS + 1):
             wait = max(0.001, min(self.timeout, dl.remaining()))
             phase["name"] = "the response headers"
-            reach = self._environment.reach(url, origin)
+            reach = self._environment.reach(url)
             try:
                 resp = self.session.request(
                     method, url, params=params, data=data, headers=headers,

@@ -97,5 +97,5 @@ def test_netrc_credentials_are_sent_and_redacted(clean_env, rec, tmp_path):
 def test_a_ca_bundle_from_the_environment_is_what_verifies(clean_env, tmp_path):
     bundle = tmp_path / "ca.pem"
     clean_env.setenv("REQUESTS_CA_BUNDLE", str(bundle))
-    reach = OriginEnvironment(requests.Session()).reach("https://harvest.invalid/oai", origin)
+    reach = OriginEnvironment(requests.Session()).reach("https://harvest.invalid/oai")
     assert reach.verify == str(bundle) and reach.proxies is None and reach.netrc_auth is None
