@@ -6,6 +6,7 @@ it, so every open retries with jittered backoff and then fails with a message sa
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import threading
@@ -18,8 +19,12 @@ import duckdb
 
 from harvest_pipeline.errors import HarvestError, StoreLockedError
 
+log = logging.getLogger(__name__)
+
 DEFAULT_DB_PATH = "data/harvest.duckdb"
 DEFAULT_MEMORY_LIMIT = "128MB"
+# An open that waited this long for the file says so (a run otherwise sits silent meanwhile).
+LONG_WAIT_SECONDS = 5.0
 # DuckDB's threads per catalogue instance (default: one per core). Batch runs set 1: their sources'
 # threads are the parallelism, and a small window's statements cost ~15% less CPU on one thread.
 THREADS_ENV = "HARVEST_DUCKDB_THREADS"
@@ -186,14 +191,18 @@ def open_with_retry(
     path = Path(path)
     if not read_only:
         path.parent.mkdir(parents=True, exist_ok=True)
-    deadline = time.monotonic() + wait_seconds
+    started = time.monotonic()
+    deadline = started + wait_seconds
     delay = 0.02
     while True:
         try:
             config = connection_config(path)
             if shared:
-                return _SharedCatalogue.cursor(path, read_only, config)
-            return _connect(path, read_only, config, None)
+                con = _SharedCatalogue.cursor(path, read_only, config)
+            else:
+                con = _connect(path, read_only, config, None)
+            _say_if_long(path, started)
+            return con
         except (duckdb.IOException, duckdb.ConnectionException, duckdb.InvalidInputException, duckdb.BinderException) as exc:
             if _is_being_created(exc, path) and time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -239,6 +248,13 @@ def open_with_retry(
                 ) from exc
             time.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 0.25)  # merges are short: poll often, so waiting runs follow closely
+
+
+def _say_if_long(path: Path, started: float) -> None:
+    waited = time.monotonic() - started
+    if waited >= LONG_WAIT_SECONDS:
+        log.warning("waited %.1f s to open the catalogue %s: another process (a Dagster run, the sensor, "
+                    "a CLI command) or another connection of this one held it", waited, path)
 
 
 @contextmanager

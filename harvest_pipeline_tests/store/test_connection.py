@@ -106,3 +106,37 @@ def test_connections_of_one_process_share_the_catalogue_and_the_last_close_frees
         assert first.execute("SELECT count(*) FROM t").fetchone()[0] == 2
         assert not other_process_opens()
     assert other_process_opens()
+
+
+def test_an_open_that_waited_long_for_another_process_says_so(tmp_path, monkeypatch, caplog):
+    """A run waiting for the file another process holds would sit silent; past LONG_WAIT_SECONDS
+    the open logs how long it waited and who may hold the file."""
+    import subprocess
+    import sys
+
+    from harvest_pipeline.store import connection
+
+    db = tmp_path / "harvest.duckdb"
+    with connect(db):
+        pass
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import duckdb, sys, time\ncon = duckdb.connect(sys.argv[1])\nprint('held', flush=True)\n"
+         "time.sleep(1.5)\ncon.close()\n", str(db)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        monkeypatch.setattr(connection, "LONG_WAIT_SECONDS", 0.5)
+        caplog.set_level("WARNING", logger="harvest_pipeline.store.connection")
+        with connect(db, wait_seconds=30) as con:
+            assert con.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        holder.wait(30)
+    said = [r.getMessage() for r in caplog.records if r.name == "harvest_pipeline.store.connection"]
+    assert len(said) == 1 and "to open the catalogue" in said[0] and str(db) in said[0], said
+    waited = float(said[0].split("waited ")[1].split(" s")[0])
+    assert waited >= 0.5
+    # an open that did not wait says nothing
+    caplog.clear()
+    with connect(db):
+        pass
+    assert not [r for r in caplog.records if r.name == "harvest_pipeline.store.connection"]
