@@ -719,8 +719,10 @@ def _write_slice(con, first_page, last_page, *, source_id, window_start, window_
                  else "records.source_id = ? AND records.identifier = u.identifier")
         # Up to SMALL_LOOKUP rows, their ids as constants too: DuckDB then reads only the row groups
         # that hold them (a join alone scanned every row of `records` to find a small window's rows).
+        # The count above already says when there are more: no statement to find that out again.
         row_ids = small_list(con, f"SELECT c.row_id FROM classified c WHERE c.page_number BETWEEN {int(first_page)}"
-                                  f" AND {int(last_page)} AND c.existed AND {_WRITES}") if by_rowid and to_update else None
+                                  f" AND {int(last_page)} AND c.existed AND {_WRITES}") \
+            if by_rowid and 0 < to_update <= SMALL_LOOKUP else None
         if row_ids is not None:
             match += f" AND records.rowid IN {sql_list(row_ids)}"
         updated = con.execute(
