@@ -82,12 +82,14 @@ def test_the_deadline_is_retried_and_a_window_never_outlives_its_time_budget(db_
             http=HttpSettings(max_retries=50, timeout_seconds=0.5, request_deadline_seconds=1, **FAST),
             traversal={"max_seconds": 3},
         )
-        started = time.monotonic()
         with pytest.raises(BudgetExceeded) as ei:
             harvest_window(source, day_window(1), db_path=db_path)
-        took = time.monotonic() - started
+        ended = time.time()
         stop.set()
-    assert took < 5, took
+    # Counted from the first request, so a loaded machine's slower catalogue set-up does not count:
+    # the budget (3 s), then at most the attempt it interrupted (its deadline, 1 s), then the error.
+    took = ended - srv.requests[0].at
+    assert took < 3 + 1 + 0.5, took
     assert 2 <= len(srv.requests) <= 4  # retried, but only within the budget
     text = str(ei.value)
     assert "guard 'time-limit'" in text and "traversal.max_seconds" in text and "source=slow" in text
