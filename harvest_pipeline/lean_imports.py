@@ -11,6 +11,9 @@ ours) is refused, and both go on without it; neither caches the refusal.
 Nothing else changes: code that imports pandas itself (any frame outside this package) gets it,
 and DuckDB and pyarrow use it from then on, since an imported module is never looked for again.
 ``HARVEST_LOAD_PANDAS=1`` switches the refusal off.
+
+For this package's own code that means: no `import pandas`, and no DuckDB call that needs it
+(`.df()`, scanning a DataFrame); such a call fails with this module's message. None does.
 """
 
 from __future__ import annotations
