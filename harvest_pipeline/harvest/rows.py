@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from hashlib import blake2b as _blake2b
 from datetime import datetime
 
@@ -29,6 +30,12 @@ def _hash_of(xml: bytes | None, set_specs: tuple[str, ...], deleted: bool) -> st
 # records) then holds one chunk's temporary values at once, not the whole page's.
 ROWS_CHUNK = 2_000
 
+# One page (or one chunk of a large page) is mapped at a time in a process. The work is Python
+# holding the GIL, so threads could not map in parallel anyway; when a batch run's hundred
+# sources each mapped their pages at once, they fought over the GIL and every page cost 2-3x
+# the CPU (bench/ROUNDS.md, twenty-third round). A thread waiting here waits without the GIL.
+_MAPPING = threading.Lock()
+
 
 def page_rows(
     page: ListPage,
@@ -45,9 +52,8 @@ def page_rows(
     identifier carried characters XML forbids (kind 'identifier': stored under the repaired
     identifier; `raw` is the identifier as sent).
     """
-    # A page listed with serialize=False (harvest/oai_lister.py): its metadata_xml is written now,
+    # A page listed with serialize=False (harvest/oai_lister.py): its metadata_xml is written below,
     # in the thread that maps it, while the server prepares the next page.
-    serialize_records(page)
     records = page.records
     page_number = page.page_number
     quarantined = [(page_number, q.identifier, q.kind, q.error, q.raw) for q in page.quarantined]
@@ -59,9 +65,15 @@ def page_rows(
     ]
     ws, we = window_start.replace(tzinfo=None), window_end.replace(tzinfo=None)
     if len(records) <= ROWS_CHUNK:
-        return _rows(records, 0, page_number, metadata_prefix, ws, we, quarantined), quarantined
-    tables = [_rows(records[at:at + ROWS_CHUNK], at, page_number, metadata_prefix, ws, we, quarantined)
-              for at in range(0, len(records), ROWS_CHUNK)]
+        with _MAPPING:
+            serialize_records(page)
+            return _rows(records, 0, page_number, metadata_prefix, ws, we, quarantined), quarantined
+    with _MAPPING:
+        serialize_records(page)
+    tables = []
+    for at in range(0, len(records), ROWS_CHUNK):
+        with _MAPPING:  # taken chunk by chunk: other sources' small pages go in between
+            tables.append(_rows(records[at:at + ROWS_CHUNK], at, page_number, metadata_prefix, ws, we, quarantined))
     return pa.concat_tables(tables), quarantined
 
 
