@@ -64,12 +64,10 @@ def page_rows(
         for stored, sent in page.repaired_identifiers
     ]
     ws, we = window_start.replace(tzinfo=None), window_end.replace(tzinfo=None)
-    if len(records) <= ROWS_CHUNK:
-        with _MAPPING:
-            serialize_records(page)
-            return _rows(records, 0, page_number, metadata_prefix, ws, we, quarantined), quarantined
     with _MAPPING:
         serialize_records(page)
+        if len(records) <= ROWS_CHUNK:
+            return _rows(records, 0, page_number, metadata_prefix, ws, we, quarantined), quarantined
     tables = []
     for at in range(0, len(records), ROWS_CHUNK):
         with _MAPPING:  # taken chunk by chunk: other sources' small pages go in between
