@@ -203,14 +203,20 @@ def dialect(con: duckdb.DuckDBPyConnection) -> str:
 
 _PRIMARY_KEY_LINE = re.compile(r",(\s*--[^\n]*)?\s*\n\s*PRIMARY KEY\s*\([^)]*\)")
 _PRIMARY_KEY_COLUMN = re.compile(r"\s+PRIMARY KEY\b")
+_COMPRESSION_CLAUSE = re.compile(r"\s+USING COMPRESSION\s+\w+", re.IGNORECASE)
 
 
 def ddl_for(kind: str, sql: str) -> str:
     """A migration's DDL as the backend takes it.
 
-    DuckLake has no primary keys (nor indexes): the keys are dropped, and every write to a keyed
-    table is an upsert on its key anyway (see ledger.py), so the meaning is kept.
+    A column's fixed compression (columns.RAW_XML_COMPRESSION) is DuckDB's own file's: PostgreSQL
+    and DuckLake store the column their way. DuckLake has no primary keys (nor indexes): the keys
+    are dropped, and every write to a keyed table is an upsert on its key anyway (see ledger.py),
+    so the meaning is kept.
     """
+    if kind == EMBEDDED:
+        return sql
+    sql = _COMPRESSION_CLAUSE.sub("", sql)
     if kind != DUCKLAKE:
         return sql
     return _PRIMARY_KEY_COLUMN.sub("", _PRIMARY_KEY_LINE.sub(r"\1", sql))

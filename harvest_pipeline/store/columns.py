@@ -41,6 +41,20 @@ class Column:
     shown: bool = True  # in `record_state` (harvest-pipeline show); False for raw XML
     added_in: int = 1  # the migration that created it
     doc: str = ""  # why it is there, when the name does not say (a comment in the DDL)
+    compression: str = ""  # a fixed compression clause for the embedded file (see RAW_XML_COMPRESSION)
+
+    @property
+    def definition(self) -> str:
+        """Its type in DDL: the DuckDB type, and the compression clause if it has one."""
+        return f"{self.sql} {self.compression}" if self.compression else self.sql
+
+
+# Raw XML is stored with FSST, not with what DuckDB would pick per row group: to pick, it analyses
+# every method, and the dictionary's analysis keeps a copy of each distinct string of the row group
+# (16,384 records' XML, all distinct) only to lose to FSST. That copy was about 30 MB of a large
+# window's peak RSS (bench --rss, bench/ROUNDS.md "Twenty-fifth round"). The shared catalogues
+# (PostgreSQL, DuckLake) store it their own way: backend.ddl_for drops the clause.
+RAW_XML_COMPRESSION = "USING COMPRESSION fsst"
 
 
 def _normalized(name: str, sql: str, arrow: str) -> Column:
@@ -56,7 +70,7 @@ RECORD_COLUMNS: tuple[Column, ...] = (
     Column("set_specs", "VARCHAR[]", _TEXTS, value=True),
     Column("metadata_prefix", "VARCHAR", _TEXT, value=True),
     Column("metadata_xml", "VARCHAR", _TEXT, value=True, dropped_by_tombstone=True, catalog=False, shown=False,
-           doc="raw metadata; NULL for tombstones"),
+           doc="raw metadata; NULL for tombstones", compression=RAW_XML_COMPRESSION),
     Column("content_hash", "VARCHAR", _TEXT, value=True, catalog=False),
     _normalized("format_name", "VARCHAR", _TEXT),
     _normalized("title", "VARCHAR", _TEXT),
@@ -113,7 +127,7 @@ PAGE_COLUMNS: tuple[str, ...] = tuple(c.name for c in PAGE_COLUMN_DEFS)
 
 def _definitions(columns, *, constraints: bool = True, extra: tuple[str, ...] = ()) -> str:
     """Column definitions, one a line; a doc becomes a comment after the line's comma."""
-    items = [(f"{c.name} {c.sql}" + (" NOT NULL" if constraints and c.not_null else ""), c.doc) for c in columns]
+    items = [(f"{c.name} {c.definition}" + (" NOT NULL" if constraints and c.not_null else ""), c.doc) for c in columns]
     items += [(e, "") for e in extra]
     lines = []
     for i, (definition, doc) in enumerate(items):
@@ -145,7 +159,7 @@ def rebuild_records_without_key_sql(migration: int) -> str:
 def add_record_columns_sql(migration: int) -> str:
     """ALTER TABLE statements for the columns a later migration adds (nullable, no default)."""
     return "".join(
-        f"ALTER TABLE records ADD COLUMN {c.name} {c.sql};\n" for c in RECORD_COLUMNS if c.added_in == migration
+        f"ALTER TABLE records ADD COLUMN {c.name} {c.definition};\n" for c in RECORD_COLUMNS if c.added_in == migration
     )
 
 

@@ -16,14 +16,15 @@ import duckdb
 from harvest_pipeline.store.backend import EMBEDDED, POSTGRES, ddl_for, dialect, pg_execute_sql
 from harvest_pipeline.store.clock import utcnow
 from harvest_pipeline.store.columns import (
-    add_record_columns_sql, create_records_sql, identifier_key_sql, rebuild_records_without_key_sql,
+    RAW_XML_COMPRESSION, add_record_columns_sql, create_records_sql, identifier_key_sql,
+    rebuild_records_without_key_sql,
 )
 
 MIGRATIONS: list[tuple[int, str | dict[str, str]]] = [
     (
         1,
         create_records_sql()
-        + """
+        + f"""
         CREATE TABLE record_history (
             source_id     VARCHAR NOT NULL,
             identifier    VARCHAR NOT NULL,
@@ -36,7 +37,7 @@ MIGRATIONS: list[tuple[int, str | dict[str, str]]] = [
             run_id        VARCHAR,
             attempt_id    VARCHAR,
             page_number   INTEGER,
-            metadata_xml  VARCHAR,            -- kept only when the version differs from the stored one
+            metadata_xml  VARCHAR {RAW_XML_COMPRESSION},  -- kept only when the version differs from the stored one
             received_at   TIMESTAMP NOT NULL
         );
 

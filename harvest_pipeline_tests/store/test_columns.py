@@ -10,13 +10,16 @@ import pyarrow.parquet as pq
 
 from harvest_pipeline.formats import ROW_KEYS
 from harvest_pipeline.store import ensure_schema
+from harvest_pipeline.store.backend import DUCKLAKE, EMBEDDED, POSTGRES, ddl_for
 from harvest_pipeline.store.columns import (
     NORMALIZED_COLUMNS,
     PAGE_COLUMNS,
     PAGE_SCHEMA,
+    RAW_XML_COMPRESSION,
     RECORD_COLUMNS,
 )
 from harvest_pipeline.store.merge import merge_staging
+from harvest_pipeline.store.schema import MIGRATIONS
 from harvest_pipeline.store.staging import StagingWindow, staged_datasets
 
 
@@ -72,3 +75,43 @@ def test_a_page_in_another_column_order_is_staged_and_merged_by_name(tmp_path):
     catalogue.execute("COMMIT")
     assert counts.created == 1
     assert catalogue.execute("SELECT title FROM records").fetchall() == [("T",)]
+
+
+def test_raw_xml_is_stored_with_fsst_in_the_embedded_file_and_plain_in_a_shared_catalogue(tmp_path):
+    """DuckDB's per-row-group choice would analyse (and copy) the XML for a dictionary it never
+    picks; the embedded file's records and history fix FSST, the shared backends get no clause."""
+    path = tmp_path / "w.stage"
+    rows = {c: [None] * 3 for c in PAGE_COLUMNS}
+    rows.update(page_number=[1] * 3, seq=[0, 1, 2], identifier=[f"id-{i}" for i in range(3)],
+                datestamp=[datetime(2026, 1, 1)] * 3, datestamp_raw=["2026-01-01"] * 3, deleted=[False] * 3,
+                in_window=[True] * 3, set_specs=[[]] * 3, metadata_prefix=["oai_dc"] * 3,
+                metadata_xml=[f"<dc><title>record {i}</title></dc>" for i in range(3)],
+                content_hash=[f"h{i}" for i in range(3)])
+    with StagingWindow(path) as staging:
+        staging.start_attempt("run", "key")
+        staging.write_page(pa.table(rows, schema=PAGE_SCHEMA), next_token=None, complete_list_size=3,
+                           response_date=None, warnings=[])
+    catalogue = duckdb.connect(str(tmp_path / "harvest.duckdb"))
+    ensure_schema(catalogue)
+    catalogue.execute("BEGIN TRANSACTION")
+    counts = merge_staging(catalogue, path, source_id="s", window_start=datetime(2026, 1, 1, tzinfo=timezone.utc),
+                           window_end=datetime(2026, 1, 2, tzinfo=timezone.utc), run_id="run", attempt_id="run")
+    catalogue.execute("COMMIT")
+    catalogue.execute("CHECKPOINT")
+    assert counts.created == 3
+    for table in ("records", "record_history"):
+        compressions = {row[0] for row in catalogue.execute(
+            f"SELECT compression FROM pragma_storage_info('{table}')"
+            " WHERE column_name = 'metadata_xml' AND segment_type = 'VARCHAR'").fetchall()}
+        assert compressions == {"FSST"}, table
+        # A column of short repeated strings keeps DuckDB's own choice.
+        assert "FSST" not in {row[0] for row in catalogue.execute(
+            f"SELECT compression FROM pragma_storage_info('{table}')"
+            " WHERE column_name = 'source_id' AND segment_type = 'VARCHAR'").fetchall()}
+
+    create = MIGRATIONS[0][1]
+    assert RAW_XML_COMPRESSION in ddl_for(EMBEDDED, create)
+    for shared in (POSTGRES, DUCKLAKE):
+        shared_ddl = ddl_for(shared, create)
+        assert "COMPRESSION" not in shared_ddl.upper()
+        assert "metadata_xml  VARCHAR,  -- kept only" in shared_ddl
