@@ -357,7 +357,7 @@ def merge_staging(
     except duckdb.OutOfMemoryException as exc:
         if merge_memory.ran_out_lowered(con):
             raise WriteWorthRetrying(
-                f"the merge's writes ran out of memory at the lower limit it gives them "
+                f"the merge ran out of memory at the lower limit it gives its fingerprints and writes "
                 f"({str(exc).splitlines()[0][:160]}); merging the window again at the whole limit"
             ) from exc
         raise
@@ -474,6 +474,9 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
             [source_id],
         ).fetchone()[0]
     # A window of new records (a catch-up's usual one) has no stored row to compare.
+    # A large window's fingerprints (an md5 over every stored version's XML) run at a lower memory
+    # limit: they set the peak of a window merged again (store/merge_memory.py).
+    merge_memory.fingerprinting(con)
     if not n_stored:
         fingerprinted = False
     elif by_rowid:
@@ -485,6 +488,7 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
         _compare_fingerprints(con, stored_side="compared_stored" if by_rowid else "stored")
         if by_rowid:
             con.execute("DROP TABLE compared_stored")
+    merge_memory.fingerprinted(con)
     # A received record with no row whose history shows it was stored before: its row was
     # deleted by hand. Its last stored version says whether the harvest restores that version,
     # and its first sighting stays its first_seen_at. Only identifiers without a row are looked up;

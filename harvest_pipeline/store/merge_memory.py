@@ -1,5 +1,6 @@
 """The DuckDB settings of a large window's merge: one thread, and the whole memory limit while it
-classifies, a lower one while it writes; the instance's own settings back when it ends.
+classifies, a lower one while it fingerprints stored versions and while it writes; the instance's
+own settings back when it ends.
 
 Each thread's operators hold their own buffers: at the 128 MB limit a 1,000,000-record merge ran
 out of memory with two threads, not with one (bench --rss). A small window keeps them all: its
@@ -43,9 +44,14 @@ log = logging.getLogger(__name__)
 WRITE_SHARE = 0.625
 # Never lower below this: a limit already this small is left whole.
 WRITE_FLOOR_BYTES = 64 * 1000 * 1000
+# The share its fingerprint statements run at (64 MB of 128 MB): the md5 over the stored versions'
+# XML filled the pool to the limit and set the peak of a window merged again (32 MB ran out of
+# memory at 100,000 records; bench/ROUNDS.md "Twenty-fifth round").
+FINGERPRINT_SHARE = 0.5
+FINGERPRINT_FLOOR_BYTES = 48 * 1000 * 1000
 
 _lock = threading.Lock()
-_merges: dict[int, str] = {}  # id(connection) of this process's large merges -> "classifying" | "writing"
+_merges: dict[int, str] = {}  # id(connection) of this process's large merges -> "classifying" | "fingerprinting" | "writing"
 _threads_before: list[int] = []  # the instance's threads before the first of its running large merges
 _lowered = False  # the instance's limit is the lower one now
 _lowering_off = False  # writes at the lower limit ran out of memory in this process: no more lowering
@@ -63,10 +69,19 @@ def _bytes(limit: str) -> int | None:
 
 def write_limit(limit: str) -> str | None:
     """The limit a large window's writes run at, or None to leave `limit` as it is."""
+    return _share(limit, WRITE_SHARE, WRITE_FLOOR_BYTES)
+
+
+def fingerprint_limit(limit: str) -> str | None:
+    """The limit a large window's fingerprint statements run at, or None to leave `limit` as it is."""
+    return _share(limit, FINGERPRINT_SHARE, FINGERPRINT_FLOOR_BYTES)
+
+
+def _share(limit: str, share: float, floor: int) -> str | None:
     full = _bytes(limit)
-    if full is None or full * WRITE_SHARE < WRITE_FLOOR_BYTES:
+    if full is None or full * share < floor:
         return None
-    return f"{int(full * WRITE_SHARE) // 1000}KB"
+    return f"{int(full * share) // 1000}KB"
 
 
 def _set(con: duckdb.DuckDBPyConnection, limit: str) -> bool:
@@ -103,12 +118,34 @@ def writing(con: duckdb.DuckDBPyConnection) -> None:
             _lowered = True
 
 
+def fingerprinting(con: duckdb.DuckDBPyConnection) -> None:
+    """Its fingerprint statements begin: a lower limit if it is this process's only large merge
+    (call `fingerprinted` after them)."""
+    global _lowered
+    with _lock:
+        if _merges.get(id(con)) != "classifying":
+            return
+        _merges[id(con)] = "fingerprinting"
+        lower = fingerprint_limit(configured_memory_limit())
+        if lower is not None and not _lowering_off and len(_merges) == 1 and _set(con, lower):
+            _lowered = True
+
+
+def fingerprinted(con: duckdb.DuckDBPyConnection) -> None:
+    """Its fingerprints are taken: the whole limit again for the rest of its classification."""
+    with _lock:
+        if _merges.get(id(con)) != "fingerprinting":
+            return
+        _merges[id(con)] = "classifying"
+        _whole(con)
+
+
 def ran_out_lowered(con: duckdb.DuckDBPyConnection) -> bool:
-    """A large merge on `con` ran out of memory: True if it wrote at the lower limit (worth running
-    again, at the whole limit: this process stops lowering it)."""
+    """A large merge on `con` ran out of memory: True if it ran at a lower limit (its fingerprints
+    or its writes: worth running again, at the whole limit: this process stops lowering it)."""
     global _lowering_off
     with _lock:
-        if _merges.get(id(con)) != "writing" or not _lowered:
+        if _merges.get(id(con)) not in ("writing", "fingerprinting") or not _lowered:
             return False
         _lowering_off = True
         return True

@@ -12,7 +12,7 @@ from harvest_pipeline.store.merge import merge_staging
 from harvest_pipeline.store.staging import StagingWindow, staging_path
 from harvest_pipeline_tests.store.test_merge import W0, W1, _rows
 
-WHOLE, LOWER = "122.0 MiB", "76.2 MiB"  # 128MB and 80MB as DuckDB shows them
+WHOLE, LOWER, FINGERPRINTS = "122.0 MiB", "76.2 MiB", "61.0 MiB"  # 128MB, 80MB and 64MB as DuckDB shows them
 
 
 def _limit(con) -> str:
@@ -127,11 +127,96 @@ def test_merges_sharing_an_instance_lower_the_limit_only_when_none_still_classif
     assert _limit(root) == WHOLE
 
 
-def test_the_write_limit_is_a_share_of_the_configured_one_never_below_the_floor():
+def test_a_large_window_found_stored_fingerprints_at_a_lower_limit_then_classifies_at_the_whole_one(db, monkeypatch):
+    # The md5 over the stored versions' XML filled DuckDB's pool to the limit: the peak of a
+    # window merged again (bench --rss).
+    seen = {"fingerprints": set(), "after": set()}
+    compare, fingerprinted = merge_module._compare_fingerprints, merge_memory.fingerprinted
+
+    def watched_compare(con, **kwargs):
+        seen["fingerprints"].add(_limit(con))
+        return compare(con, **kwargs)
+
+    def watched_fingerprinted(con):
+        fingerprinted(con)
+        seen["after"].add(_limit(con))
+
+    path = _stage_three_pages(db)
+    with connect(db) as con:
+        con.execute("BEGIN TRANSACTION")
+        merge_staging(con, path, source_id="src", window_start=W0, window_end=W1, run_id="run", attempt_id="run")
+        con.execute("COMMIT")
+    monkeypatch.setattr(merge_module, "_compare_fingerprints", watched_compare)
+    monkeypatch.setattr(merge_memory, "fingerprinted", watched_fingerprinted)
+    with connect(db) as con:
+        con.execute("BEGIN TRANSACTION")
+        counts = merge_staging(con, path, source_id="src", window_start=W0, window_end=W1, run_id="again", attempt_id="again")
+        con.execute("COMMIT")
+        assert _limit(con) == WHOLE
+    assert seen == {"fingerprints": {FINGERPRINTS}, "after": {WHOLE}}
+    assert counts.unchanged == 6
+
+
+def test_fingerprints_keep_the_whole_limit_while_another_large_merge_runs(monkeypatch):
+    monkeypatch.delenv("HARVEST_DUCKDB_MEMORY_LIMIT", raising=False)
+    root = duckdb.connect(config={"memory_limit": "128MB"})
+    a, b = root.cursor(), root.cursor()
+    merge_memory.classifying(a)
+    merge_memory.fingerprinting(a)
+    assert _limit(root) == FINGERPRINTS  # the only large merge
+    merge_memory.classifying(b)  # another begins: whole before it reads
+    assert _limit(root) == WHOLE
+    merge_memory.fingerprinted(a)
+    merge_memory.fingerprinting(b)
+    assert _limit(root) == WHOLE  # a is still a large merge of this instance
+    merge_memory.fingerprinted(b)
+    merge_memory.done(a)
+    merge_memory.done(b)
+    assert _limit(root) == WHOLE
+
+
+def test_fingerprints_that_run_out_of_memory_at_the_lower_limit_are_taken_again_at_the_whole_limit(tmp_path, monkeypatch, caplog):
+    # Forced with a lower limit far too small for 5,000 stored versions (a real DuckDB out-of-memory).
+    import logging
+
+    from harvest_pipeline.bench.upsert_section import build_staging, merge_into
+    from harvest_pipeline.store.backend import run_write
+
+    monkeypatch.delenv("HARVEST_DUCKDB_MEMORY_LIMIT", raising=False)
+    monkeypatch.setattr(merge_memory, "_lowering_off", False)
+    staged = build_staging(tmp_path / "window.stage", 0, 5_000, version=0)
+    db = tmp_path / "cat.duckdb"
+    merge_into(db, staged)
+    monkeypatch.setattr(merge_memory, "fingerprint_limit", lambda limit: "2MB")
+    fingerprinted_at = []
+    read_same = merge_module._read_same_versions
+
+    def watched_read_same(con, *args, **kwargs):
+        fingerprinted_at.append(_limit(con))
+        return read_same(con, *args, **kwargs)
+
+    monkeypatch.setattr(merge_module, "_read_same_versions", watched_read_same)
+    with caplog.at_level(logging.WARNING):
+        counts = run_write(lambda: connect(db), lambda con: merge_staging(
+            con, staged, source_id="bench", window_start=W0, window_end=W1, run_id="again", attempt_id="again"),
+            what="source bench, window w0: merge", log=logging.getLogger("t"))
+    retries = [r.getMessage() for r in caplog.records if "ran out of memory at the lower limit" in r.getMessage()]
+    assert len(retries) == 1 and retries[0].startswith("source bench, window w0: merge:")
+    assert fingerprinted_at == ["1.9 MiB", WHOLE]  # the lower limit, then the whole one
+    assert counts.unchanged == 5_000
+    with connect(db) as con:
+        assert _limit(con) == WHOLE
+        again = con.execute("SELECT count(*), count(DISTINCT identifier) FROM record_history WHERE run_id = 'again'").fetchone()
+    assert again == (5_000, 5_000)  # the failed attempt left nothing
+
+
+def test_the_lower_limits_are_shares_of_the_configured_one_never_below_their_floors():
     assert merge_memory.write_limit("128MB") == "80000KB"
     assert merge_memory.write_limit("1GiB") == "671088KB"
     assert merge_memory.write_limit("64MB") is None  # 40 MB would be below the floor
     assert merge_memory.write_limit("50%") is None  # a form it does not read: left whole
+    assert merge_memory.fingerprint_limit("128MB") == "64000KB"
+    assert merge_memory.fingerprint_limit("64MB") is None  # 32 MB ran out of memory at 100,000 records
 
 
 def test_a_large_window_merged_again_unchanged_fits_a_limit_the_window_outgrows(tmp_path, monkeypatch):
