@@ -20,6 +20,18 @@ def _limit(con) -> str:
         return c.execute("SELECT current_setting('memory_limit')").fetchone()[0]
 
 
+def _limits_seen(monkeypatch, module, name) -> list[str]:
+    """Patch `module.name` (called with a connection first) to note the memory limit at each call."""
+    seen, original = [], getattr(module, name)
+
+    def watched(con, *args, **kwargs):
+        seen.append(_limit(con))
+        return original(con, *args, **kwargs)
+
+    monkeypatch.setattr(module, name, watched)
+    return seen
+
+
 def _stage_three_pages(db):
     t = W0 + timedelta(hours=1)
     path = staging_path(db, "src", W0)
@@ -42,20 +54,17 @@ def db(tmp_path, monkeypatch):
     return tmp_path / "cat.duckdb"
 
 
+@pytest.fixture
+def shared_instance(monkeypatch):
+    """One DuckDB instance at 128 MB and two cursors of it: two merges of one process."""
+    monkeypatch.delenv("HARVEST_DUCKDB_MEMORY_LIMIT", raising=False)
+    root = duckdb.connect(config={"memory_limit": "128MB"})
+    return root, root.cursor(), root.cursor()
+
+
 def test_a_large_window_classifies_at_the_whole_limit_writes_at_a_lower_one_and_gives_it_back(db, monkeypatch):
-    seen = {"classifying": set(), "writing": set()}
-    small_list, write_slice = merge_module.small_list, merge_module._write_slice
-
-    def watched_small_list(con, query, *limit):
-        seen["classifying"].add(_limit(con))
-        return small_list(con, query, *limit)
-
-    def watched_write_slice(con, *args, **kwargs):
-        seen["writing"].add(_limit(con))
-        return write_slice(con, *args, **kwargs)
-
-    monkeypatch.setattr(merge_module, "small_list", watched_small_list)
-    monkeypatch.setattr(merge_module, "_write_slice", watched_write_slice)
+    classifying = _limits_seen(monkeypatch, merge_module, "small_list")
+    writing = _limits_seen(monkeypatch, merge_module, "_write_slice")
     path = _stage_three_pages(db)
     with connect(db) as con:
         assert _limit(con) == WHOLE
@@ -64,7 +73,7 @@ def test_a_large_window_classifies_at_the_whole_limit_writes_at_a_lower_one_and_
         con.execute("COMMIT")
         after = _limit(con)
         stored = con.execute("SELECT count(*) FROM records").fetchone()[0]
-    assert seen == {"classifying": {WHOLE}, "writing": {LOWER}}
+    assert (set(classifying), set(writing)) == ({WHOLE}, {LOWER})
     assert after == WHOLE
     assert (counts.created, stored) == (6, 6)
 
@@ -77,21 +86,14 @@ def test_a_large_window_that_updates_stored_rows_writes_at_the_whole_limit(db, m
         merge_staging(con, path, source_id="src", window_start=W0, window_end=W1, run_id="run", attempt_id="run")
         con.execute("COMMIT")
         con.execute("UPDATE records SET datestamp = datestamp - INTERVAL 1 HOUR")  # the staged versions are newer
-    seen = set()
-    write_slice = merge_module._write_slice
-
-    def watched_write_slice(con, *args, **kwargs):
-        seen.add(_limit(con))
-        return write_slice(con, *args, **kwargs)
-
-    monkeypatch.setattr(merge_module, "_write_slice", watched_write_slice)
+    seen = _limits_seen(monkeypatch, merge_module, "_write_slice")
     with connect(db) as con:
         con.execute("BEGIN TRANSACTION")
         counts = merge_staging(con, path, source_id="src", window_start=W0, window_end=W1, run_id="again", attempt_id="again")
         con.execute("COMMIT")
         assert _limit(con) == WHOLE
     assert counts.updated == 6
-    assert seen == {WHOLE}
+    assert set(seen) == {WHOLE}
 
 
 def test_a_failed_large_merge_gives_the_whole_limit_back(db, monkeypatch):
@@ -108,10 +110,8 @@ def test_a_failed_large_merge_gives_the_whole_limit_back(db, monkeypatch):
         assert _limit(con) == WHOLE
 
 
-def test_merges_sharing_an_instance_lower_the_limit_only_when_none_still_classifies(monkeypatch):
-    monkeypatch.delenv("HARVEST_DUCKDB_MEMORY_LIMIT", raising=False)
-    root = duckdb.connect(config={"memory_limit": "128MB"})
-    a, b = root.cursor(), root.cursor()
+def test_merges_sharing_an_instance_lower_the_limit_only_when_none_still_classifies(shared_instance):
+    root, a, b = shared_instance
     merge_memory.classifying(a)
     merge_memory.classifying(b)
     merge_memory.writing(a)
@@ -130,37 +130,30 @@ def test_merges_sharing_an_instance_lower_the_limit_only_when_none_still_classif
 def test_a_large_window_found_stored_fingerprints_at_a_lower_limit_then_classifies_at_the_whole_one(db, monkeypatch):
     # The md5 over the stored versions' XML filled DuckDB's pool to the limit: the peak of a
     # window merged again (bench --rss).
-    seen = {"fingerprints": set(), "after": set()}
-    compare, fingerprinted = merge_module._compare_fingerprints, merge_memory.fingerprinted
-
-    def watched_compare(con, **kwargs):
-        seen["fingerprints"].add(_limit(con))
-        return compare(con, **kwargs)
+    after, fingerprinted = [], merge_memory.fingerprinted
 
     def watched_fingerprinted(con):
         fingerprinted(con)
-        seen["after"].add(_limit(con))
+        after.append(_limit(con))
 
     path = _stage_three_pages(db)
     with connect(db) as con:
         con.execute("BEGIN TRANSACTION")
         merge_staging(con, path, source_id="src", window_start=W0, window_end=W1, run_id="run", attempt_id="run")
         con.execute("COMMIT")
-    monkeypatch.setattr(merge_module, "_compare_fingerprints", watched_compare)
+    compared = _limits_seen(monkeypatch, merge_module, "_compare_fingerprints")
     monkeypatch.setattr(merge_memory, "fingerprinted", watched_fingerprinted)
     with connect(db) as con:
         con.execute("BEGIN TRANSACTION")
         counts = merge_staging(con, path, source_id="src", window_start=W0, window_end=W1, run_id="again", attempt_id="again")
         con.execute("COMMIT")
         assert _limit(con) == WHOLE
-    assert seen == {"fingerprints": {FINGERPRINTS}, "after": {WHOLE}}
+    assert (compared, after) == ([FINGERPRINTS], [WHOLE])
     assert counts.unchanged == 6
 
 
-def test_fingerprints_keep_the_whole_limit_while_another_large_merge_runs(monkeypatch):
-    monkeypatch.delenv("HARVEST_DUCKDB_MEMORY_LIMIT", raising=False)
-    root = duckdb.connect(config={"memory_limit": "128MB"})
-    a, b = root.cursor(), root.cursor()
+def test_fingerprints_keep_the_whole_limit_while_another_large_merge_runs(shared_instance):
+    root, a, b = shared_instance
     merge_memory.classifying(a)
     merge_memory.fingerprinting(a)
     assert _limit(root) == FINGERPRINTS  # the only large merge
@@ -188,14 +181,7 @@ def test_fingerprints_that_run_out_of_memory_at_the_lower_limit_are_taken_again_
     db = tmp_path / "cat.duckdb"
     merge_into(db, staged)
     monkeypatch.setattr(merge_memory, "fingerprint_limit", lambda limit: "2MB")
-    fingerprinted_at = []
-    read_same = merge_module._read_same_versions
-
-    def watched_read_same(con, *args, **kwargs):
-        fingerprinted_at.append(_limit(con))
-        return read_same(con, *args, **kwargs)
-
-    monkeypatch.setattr(merge_module, "_read_same_versions", watched_read_same)
+    fingerprinted_at = _limits_seen(monkeypatch, merge_module, "_read_same_versions")
     with caplog.at_level(logging.WARNING):
         counts = run_write(lambda: connect(db), lambda con: merge_staging(
             con, staged, source_id="bench", window_start=W0, window_end=W1, run_id="again", attempt_id="again"),
@@ -268,14 +254,7 @@ def test_writes_that_run_out_of_memory_at_the_lower_limit_are_merged_again_at_th
     monkeypatch.setattr(merge_memory, "write_limit", lambda limit: "4MB")
     staged = build_staging(tmp_path / "window.stage", 0, 5_000, version=0)
     db = tmp_path / "cat.duckdb"
-    written_at = []
-    write_slice = merge_module._write_slice
-
-    def watched_write_slice(con, *args, **kwargs):
-        written_at.append(_limit(con))
-        return write_slice(con, *args, **kwargs)
-
-    monkeypatch.setattr(merge_module, "_write_slice", watched_write_slice)
+    written_at = _limits_seen(monkeypatch, merge_module, "_write_slice")
 
     def merge(con):
         return merge_staging(con, staged, source_id="bench", window_start=W0, window_end=W1, run_id="run", attempt_id="run")
