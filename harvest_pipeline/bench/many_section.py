@@ -52,6 +52,24 @@ SAMPLE_S = 0.5
 PG_SAMPLE_S = 0.1
 
 
+def _cpu_busy_s() -> float:
+    """The whole machine's busy CPU seconds since boot (all cores; /proc/stat, idle and iowait
+    left out)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def _process_cpu_s(pid: int) -> float | None:
+    import psutil
+
+    try:
+        t = psutil.Process(pid).cpu_times()
+    except psutil.Error:
+        return None
+    return t.user + t.system
+
+
 def _meminfo_used_mb() -> float:
     fields = {}
     with open("/proc/meminfo") as f:
@@ -317,6 +335,7 @@ def run_level(args, max_runs: str, urls: list[str], first_day: str, farm, folder
     log(f"many: {n} sources x {days} windows, {delay_ms} ms per response, max_concurrent_runs {limit}"
         f" ({max_runs}); load {load0[0]:.1f}")
     t0 = time.time()
+    cpu0, farm_cpu0 = _cpu_busy_s(), _process_cpu_s(farm.pid)
     complete = flying = 0
     runs: list = []
     with open(folder / "dagster_dev.log", "wb") as logf:
@@ -349,6 +368,8 @@ def run_level(args, max_runs: str, urls: list[str], first_day: str, farm, folder
                 # The loop looks every 2 s: a finished catch-up ended with its last run, up to 2 s
                 # before the look that saw it.
                 wall = (max(ends) if complete >= n and not flying and ends else time.time()) - t0
+                # Read when the catch-up was seen done (up to 2 s after it was), before Dagster stops.
+                cpu1, farm_cpu1 = _cpu_busy_s(), _process_cpu_s(farm.pid)
                 statuses: dict = {}
                 for r in runs:
                     statuses[r.dagster_run.status.value] = statuses.get(r.dagster_run.status.value, 0) + 1
@@ -387,6 +408,10 @@ def run_level(args, max_runs: str, urls: list[str], first_day: str, farm, folder
         # CPU the run processes used (sampled every SAMPLE_S, so up to that much of each one's end
         # is missing): what the harvest costs the machine, whatever the load.
         "run_cpu_s": sum(sampler.run_cpu_s.values()),
+        # The whole machine's CPU over the catch-up, and the share of it the provider farm took:
+        # the stand-ins for remote servers compete for the same cores as the harvest.
+        "machine_cpu_s": cpu1 - cpu0,
+        "farm_cpu_s": (farm_cpu1 - farm_cpu0) if farm_cpu0 is not None and farm_cpu1 is not None else None,
         "load_before": load0, "load_after": load1,
         "catalogue": "postgres" if pg is not None else "duckdb",
         "pg_max_connections": getattr(args, "many_pg_max_connections", None) if pg is not None else None,
@@ -448,12 +473,13 @@ def _print(out: dict, args) -> None:
             f"{r['rate']:.1f}", n1(r["server_bound_rate"]), f"{r['ratio']:.3f}" if r["ratio"] else "-",
             f"{r['runs_ratio']:.3f}" if r.get("runs_ratio") else "-",
             _mb(r["machine_peak_mb"]), _mb(r["harvester_tree_peak_mb"]), str(r["run_processes_peak"]),
-            _mb(r["run_process_peak_mb"]), f"{r['run_cpu_s']:.1f}", _mb(r["farm_peak_mb"]),
+            _mb(r["run_process_peak_mb"]), f"{r['run_cpu_s']:.1f}", n1(r.get("farm_cpu_s")),
+            n1(r.get("machine_cpu_s")), _mb(r["farm_peak_mb"]),
             "{:.1f} / {:.1f}".format(r["load_before"][0], r["load_after"][0]),
         ])
     print(table(["max runs", "windows verified", "records", "wall s", "runs span s", "1 source server s",
                  "rec/s", "bar rec/s", "ratio", "runs ratio", "machine peak MB", "dagster tree MB", "run procs",
-                 "run proc MB", "run CPU s", "farm MB", "load 1m before/after"], rows))
+                 "run proc MB", "run CPU s", "farm CPU s", "machine CPU s", "farm MB", "load 1m before/after"], rows))
     print("1 source server s = the most ListRecords pages of one source (ledger) x delay: the wall time if every"
           " source were served at once; bar rec/s = all records / that; ratio = rec/s / bar (target >= 0.8), from"
           " starting `dagster dev` to the last run's end; runs ratio = the same over the catch-up alone (first run created .. last run ended).")
