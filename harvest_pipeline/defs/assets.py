@@ -123,6 +123,14 @@ def _sessions_closed_at_end():
         close_all()  # the catalogue file is free for the sensor and other runs at once
 
 
+def partition_windows(partitions_def, keys: list[str]) -> list:
+    """The harvest Windows of these partition keys, in their order."""
+    from harvest_pipeline.harvest import Window
+
+    return [Window(tw.start, tw.end, key)
+            for key, tw in ((k, partitions_def.time_window_for_partition_key(k)) for k in keys)]
+
+
 class WindowRun:
     """The windows of one run: harvested one after another with one lister (one Identify per run)."""
 
@@ -147,13 +155,12 @@ class WindowRun:
 
     def harvest(self, partition_key: str):
         """One window's WindowReport; raises as harvest_window does (a deferral becomes a Failure without retries)."""
-        from harvest_pipeline.harvest import Window, harvest_partition
+        from harvest_pipeline.harvest import harvest_partition
 
-        tw = self.partitions_def.time_window_for_partition_key(partition_key)
         self._remember_facts_once()
         try:
             return harvest_partition(
-                self.source, Window(tw.start, tw.end, partition_key), run_id=self.context.run.run_id,
+                self.source, self.windows([partition_key])[0], run_id=self.context.run.run_id,
                 db_path=self.db_path, connect=self.connect, lister=self.lister, progress=self.progress,
             )
         except DeferredError as exc:
@@ -165,10 +172,12 @@ class WindowRun:
             ) from None
 
     @contextmanager
-    def source_lock(self):
-        """Hold the source's lock (harvest/source_lock.py) for the run: wait while another run has it."""
-        lock = SourceLock(self.db_path, self.source.id)
-        if not lock.acquire(on_wait=lambda: self.context.log.info(
+    def source_lock(self, held: SourceLock | None = None):
+        """Hold the source's lock (harvest/source_lock.py) for the run: wait while another run has it.
+        `held`: the source's lock, taken already (a batch run takes the free ones up front); released
+        at the end all the same."""
+        lock = held or SourceLock(self.db_path, self.source.id)
+        if held is None and not lock.acquire(on_wait=lambda: self.context.log.info(
                 f"{self.source.id}: another run is harvesting this source; waiting for it to finish")):
             raise dg.Failure(description=f"stopped by {stop.signal_name(stop.requested())} while waiting "
                              f"for another run of {self.source.id}", allow_retries=False)
@@ -177,14 +186,20 @@ class WindowRun:
         finally:
             lock.release()
 
-    def run_windows(self, keys: list[str], recorder: "EventRecorder") -> tuple[dict[str, str], dict[str, list[str]]]:
+    def windows(self, keys: list[str]) -> list:
+        return partition_windows(self.partitions_def, keys)
+
+    def run_windows(self, keys: list[str], recorder: "EventRecorder",
+                    starting=None) -> tuple[dict[str, str], dict[str, list[str]]]:
         """Harvest `keys` in order, each recorded per partition through `recorder`; the caller
         advances the watermark (a batch run all its sources' at once: `advance_watermarks`).
+        `starting`: what the windows start from (harvest/sequence.py StartingState), read by the
+        caller while holding the source's lock; read by the harvest otherwise.
 
         harvest_windows (harvest/sequence.py) merges window N while window N+1 is fetched; its
         callback records window N. Returns (failed windows with their first error line, windows
         per failing check). A failing window is logged and the next one still runs."""
-        from harvest_pipeline.harvest import Window, harvest_windows
+        from harvest_pipeline.harvest import harvest_windows
 
         failed: dict[str, str] = {}
         failing_checks: dict[str, list[str]] = {name: [] for name in CHECK_DESCRIPTIONS}
@@ -206,13 +221,10 @@ class WindowRun:
             recorder.record(self.key, partition_key, report)
 
         self._remember_facts_once()
-        windows = []
-        for partition_key in keys:
-            tw = self.partitions_def.time_window_for_partition_key(partition_key)
-            windows.append(Window(tw.start, tw.end, partition_key))
         harvest_windows(
-            self.source, windows, run_id=self.context.run.run_id, db_path=self.db_path,
+            self.source, self.windows(keys), run_id=self.context.run.run_id, db_path=self.db_path,
             connect=self.connect, lister=self.lister, progress=self.progress, on_window_done=window_done,
+            starting=starting,
         )
         return failed, failing_checks
 

@@ -301,8 +301,17 @@ def record_identify(con: duckdb.DuckDBPyConnection, source_id: str, *, granulari
 
 
 def get_quirks(con: duckdb.DuckDBPyConnection, source_id: str) -> set[str]:
-    row = con.execute("SELECT quirks FROM source_state WHERE source_id = ?", [source_id]).fetchone()
-    return set(row[0] or []) if row else set()
+    return quirks_of(con, [source_id])[source_id]
+
+
+def quirks_of(con: duckdb.DuckDBPyConnection, source_ids: list[str]) -> dict[str, set[str]]:
+    """The stored quirks of each source (an empty set for one without any), in one statement."""
+    rows = con.execute(
+        "SELECT source_id, quirks FROM source_state WHERE source_id IN (SELECT unnest(?::VARCHAR[]))",
+        [list(source_ids)],
+    ).fetchall() if source_ids else []
+    found = {source_id: set(quirks or []) for source_id, quirks in rows}
+    return {source_id: found.get(source_id, set()) for source_id in source_ids}
 
 
 def add_quirks(con: duckdb.DuckDBPyConnection, source_id: str, quirks: set[str]) -> None:

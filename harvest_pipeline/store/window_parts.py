@@ -16,7 +16,7 @@ from typing import Any
 import duckdb
 
 from harvest_pipeline.http.redaction import redact_text
-from harvest_pipeline.store.backend import Upsert, copied, upsert_in_place
+from harvest_pipeline.store.backend import Upsert, copied, query_in_place, upsert_in_place
 from harvest_pipeline.store.clock import to_naive_utc, utcnow
 
 # Outcome columns a leaf sub-window contributes to its window's row (summed).
@@ -130,11 +130,26 @@ class PartLedger:
 
 def window_state(con: duckdb.DuckDBPyConnection, source_id: str, window_start: datetime) -> PartState | None:
     """The partition window's status and split in `harvest_windows` (None: never harvested)."""
-    row = con.execute(
-        "SELECT status, split_into, split_reason FROM harvest_windows WHERE source_id = ? AND window_start = ?",
-        [source_id, to_naive_utc(window_start)],
-    ).fetchone()
-    return PartState(*row) if row else None
+    return window_states(con, {source_id: [window_start]}).get((source_id, to_naive_utc(window_start)))
+
+
+def window_states(con: duckdb.DuckDBPyConnection,
+                  starts_by_source: dict[str, list[datetime]]) -> dict[tuple[str, datetime], PartState]:
+    """The states of many sources' partition windows in one statement, by (source id, naive UTC
+    window start); a window never harvested has none."""
+    wanted = {(source_id, to_naive_utc(start)) for source_id, starts in starts_by_source.items() for start in starts}
+    if not wanted:
+        return {}
+    # Lists of constants (a PostgreSQL catalogue answers on its own index): the sources' and the
+    # starts' lists select their cross product, of which the pairs asked for are kept.
+    ids, starts = sorted({s for s, _ in wanted}), sorted({t for _, t in wanted})
+    rows = query_in_place(
+        con,
+        "SELECT source_id, window_start, status, split_into, split_reason FROM harvest_windows"
+        f" WHERE source_id IN ({', '.join('?' * len(ids))}) AND window_start IN ({', '.join('?' * len(starts))})",
+        [*ids, *starts],
+    ).fetchall()
+    return {(source_id, start): PartState(*state) for source_id, start, *state in rows if (source_id, start) in wanted}
 
 
 def mark_window_split(con, *, source_id: str, window, run_id: str, split_into: int, reason: str) -> None:

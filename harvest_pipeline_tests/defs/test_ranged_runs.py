@@ -242,3 +242,48 @@ def test_a_source_without_tombstones_is_asked_once_per_run_whether_it_has_any(de
     assert asked == ["demo", "demo"]  # once in each of the two runs, not after each of their 3 windows
     assert set(mats) == {w.key for w in windows}
     assert all("deleted" not in m and m["live"] > 0 for m in mats.values())
+
+
+def test_a_batch_run_reads_its_free_sources_windows_at_once_and_a_busy_source_waits_and_reads_its_own(
+        demo, db_path, monkeypatch):
+    """A batch run takes the locks of its sources that no other run holds and reads what their
+    windows start from in one go (a hundred sources each reading their own queued on the
+    catalogue before their first requests); a source whose lock another process holds waits for
+    it, then reads its own, after that holder is gone. Every window is harvested either way."""
+    import threading
+
+    import harvest_pipeline.harvest.sequence as sequence
+    from harvest_pipeline_tests.harvest.test_source_lock import hold_in_child
+
+    sources = [demo_source(demo, id=sid) for sid in ("alpha", "beta", "gamma")]
+    for source in sources:
+        learn_facts(source)
+    defs = build_definitions(sources)
+    windows = [day_window(n) for n in (3, 2)]
+    reads: list[list[str]] = []
+    real_read = sequence.read_starting_states
+    monkeypatch.setattr(sequence, "read_starting_states",
+                        lambda con, by_source: reads.append(sorted(by_source)) or real_read(con, by_source))
+    holder = hold_in_child(db_path, "beta")  # another run harvesting beta
+    threading.Timer(1.5, holder.kill).start()
+    try:
+        with dg.instance_for_test() as instance:
+            result = defs.resolve_job_def(BATCH_JOB).execute_in_process(
+                instance=instance, run_config=batch_run_config({s.id: [w.key for w in windows] for s in sources}),
+                raise_on_error=False,
+            )
+            messages = [entry.user_message for entry in instance.all_logs(result.run_id)]
+            for source in sources:
+                records = instance.fetch_materializations(
+                    dg.AssetRecordsFilter(asset_key=dg.AssetKey(["harvest", source.id])), limit=10).records
+                assert {r.partition_key for r in records} == {w.key for w in windows}, source.id
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.success
+    assert reads == [["alpha", "gamma"], ["beta"]]  # the free ones together, then beta alone
+    assert any("beta: another run is harvesting this source; waiting" in m for m in messages)
+    with connect(db_path) as con:
+        for source in sources:
+            for w in windows:
+                assert ledger.get_window(con, source.id, w.start.replace(tzinfo=None)).status == ledger.VERIFIED

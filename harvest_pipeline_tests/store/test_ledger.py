@@ -93,3 +93,31 @@ def test_watermarks_advanced_together_equal_those_advanced_one_by_one(tmp_path):
     # question of the connection's kind, asked once per connection).
     statements = [s for s in counted.statements if "duckdb_databases()" not in s]
     assert len(statements) == 4, statements
+
+
+def test_many_sources_windows_and_quirks_read_together_equal_those_read_one_by_one(tmp_path):
+    """A batch run reads what its sources' windows start from in two statements: the same answers
+    as one source and one window at a time, windows never harvested and sources without quirks
+    included."""
+    from harvest_pipeline.store.window_parts import mark_window_split, window_state, window_states
+    from harvest_pipeline_tests.conftest import day_window
+
+    days = [day_window(n) for n in (3, 2, 1)]
+    with connect(tmp_path / "c.duckdb") as con:
+        for source_id in ("a", "b"):
+            ledger.record_identify(con, source_id, granularity="YYYY-MM-DD", earliest_datestamp="2020-01-01",
+                                   deleted_record="persistent")
+        ledger.add_quirks(con, "a", {"continuation-needs-arguments"})
+        ledger.begin_window(con, source_id="a", window_start=days[0].start, window_end=days[0].end,
+                            partition_key=days[0].key, run_id="r", from_param=None, until_param=None)
+        mark_window_split(con, source_id="b", window=days[1], run_id="r", split_into=4, reason="too large")
+        wanted = {"a": [w.start for w in days], "b": [w.start for w in days], "c": [days[0].start]}
+        together = window_states(con, wanted)
+        one_by_one = {(s, start.replace(tzinfo=None)): window_state(con, s, start)
+                      for s, starts in wanted.items() for start in starts}
+        assert together == {k: v for k, v in one_by_one.items() if v is not None}
+        assert together[("b", days[1].start.replace(tzinfo=None))].split_into == 4
+        assert len(together) == 2  # a's first day and b's second: the others never harvested
+        quirks = ledger.quirks_of(con, ["a", "b", "c"])
+        assert quirks == {s: ledger.get_quirks(con, s) for s in ("a", "b", "c")}
+        assert quirks == {"a": {"continuation-needs-arguments"}, "b": set(), "c": set()}
