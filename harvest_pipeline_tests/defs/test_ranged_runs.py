@@ -287,3 +287,25 @@ def test_a_batch_run_reads_its_free_sources_windows_at_once_and_a_busy_source_wa
         for source in sources:
             for w in windows:
                 assert ledger.get_window(con, source.id, w.start.replace(tzinfo=None)).status == ledger.VERIFIED
+
+
+def test_a_batch_runs_console_keeps_info_lines_and_its_events_are_stored_all_the_same(demo, db_path, capfd):
+    """The sensor's batch runs log their console at INFO: the four DEBUG events per window are not
+    formatted into the run's stderr again, and are stored in the instance as before."""
+    source = demo_source(demo, id="alpha")
+    learn_facts(source)
+    defs = build_definitions([source])
+    windows = [day_window(n) for n in (3, 2)]
+    with dg.instance_for_test() as instance:
+        result = defs.resolve_job_def(BATCH_JOB).execute_in_process(
+            instance=instance, run_config=batch_run_config({"alpha": [w.key for w in windows]}))
+        assert result.success
+        records = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey(["harvest", "alpha"])), limit=10).records
+        assert {r.partition_key for r in records} == {w.key for w in windows}
+        infos = instance.event_log_storage.get_asset_check_partition_info(
+            [dg.AssetCheckKey(dg.AssetKey(["harvest", "alpha"]), "complete")])
+        assert {i.partition_key for i in infos if i.partition_key} == {w.key for w in windows}
+    err = capfd.readouterr().err
+    assert "harvesting 2 window(s) of 1 source(s) at once" in err  # INFO lines still there
+    assert "ASSET_MATERIALIZATION" not in err and "ASSET_CHECK_EVALUATION" not in err
