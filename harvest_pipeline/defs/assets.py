@@ -17,7 +17,7 @@ from harvest_pipeline.defs.checks import (
     range_summary,
 )
 from harvest_pipeline.defs.partitions import closed_windows, partitions_for
-from harvest_pipeline.defs.report import progress_logger, report_metadata
+from harvest_pipeline.defs.report import progress_logger, report_metadata, reports_metadata
 from harvest_pipeline.defs.resources import catalogue_connector, catalogue_path
 from harvest_pipeline.errors import DeferredError, HarvestError
 from harvest_pipeline.harvest import stop
@@ -287,14 +287,18 @@ class EventRecorder:
     """Writes each window's materialization and check results to the instance in one worker
     thread, in order, while the next window is harvested: each event is a few SQLite commits in
     Dagster's default storage, which would otherwise be added to every window's time. One
-    recorder serves every source of a run. close() waits for all of them (and raises what failed)."""
+    recorder serves every source of a run. close() waits for all of them (and raises what failed).
+    The windows waiting when the thread comes to them are taken together: their metadata's
+    catalogue facts are read at once (a batch run's windows are merged in groups, and end so)."""
 
     def __init__(self, context):
+        from collections import deque
         from concurrent.futures import ThreadPoolExecutor
 
         self.context = context
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="window-events")
         self.pending = []
+        self.waiting: deque = deque()  # (asset key, partition key, report), in the order recorded
 
     def log_info(self, text: str) -> None:
         """A log line written by the events thread: Dagster's log handlers write each line to the
@@ -302,12 +306,34 @@ class EventRecorder:
         self.pool.submit(self.context.log.info, text)
 
     def record(self, asset_key: dg.AssetKey, partition_key: str, report) -> None:
-        self.pending.append(self.pool.submit(self._log, asset_key, partition_key, report))
+        self.waiting.append((asset_key, partition_key, report))
+        self.pending.append(self.pool.submit(self._log_waiting))
 
-    def _log(self, asset_key: dg.AssetKey, partition_key: str, report) -> None:
-        # The metadata reads the catalogue (the window's live and deleted records): here, not
+    def _log_waiting(self) -> None:
+        # The one worker thread takes what waits (deque pops are atomic); a later task whose
+        # windows were taken already finds nothing.
+        taken = []
+        while self.waiting:
+            taken.append(self.waiting.popleft())
+        if not taken:
+            return
+        # The metadata reads the catalogue (the windows' live and deleted records): here, not
         # between two windows, where it would add a catalogue open to each window's time.
-        metadata = report_metadata(self.context, report)
+        try:
+            metadata = reports_metadata(self.context, [report for *_, report in taken])
+        except Exception:  # noqa: BLE001 - each window's own then, so one window's error stays its own
+            metadata = [None] * len(taken)
+        failed = []
+        for (asset_key, partition_key, report), window_metadata in zip(taken, metadata):
+            try:
+                self._log(asset_key, partition_key, report,
+                          report_metadata(self.context, report) if window_metadata is None else window_metadata)
+            except Exception as exc:  # noqa: BLE001 - the other windows are still recorded; raised by close()
+                failed.append(exc)
+        if failed:
+            raise failed[0]
+
+    def _log(self, asset_key: dg.AssetKey, partition_key: str, report, metadata: dict) -> None:
         checks = report.checks
         self.context.log_event(dg.AssetMaterialization(asset_key=asset_key, partition=partition_key, metadata=metadata))
         # Each result points at the window's materialization just stored, as Dagster's own results

@@ -63,6 +63,17 @@ def report_metadata(context, report: WindowReport) -> dict:
     seconds. What this run changed (created, deletions, ...) would drop to 0 on a re-run, so
     those counts are text: shown with the event, never plotted.
     """
+    return reports_metadata(context, [report])[0]
+
+
+def reports_metadata(context, reports: list[WindowReport]) -> list[dict]:
+    """`report_metadata` of several windows, their catalogue facts read through one open of the
+    catalogue (a batch run's events thread takes the windows merged together at once)."""
+    facts = _catalogue_facts(context, reports)
+    return [_metadata(context, report, window, changes) for report, (window, changes) in zip(reports, facts)]
+
+
+def _metadata(context, report: WindowReport, window: dict, changes: dict) -> dict:
     for text in report.warnings[:50]:
         context.log.warning(f"{report.source_id} {report.window.key}: {text}")
     counts = report.counts
@@ -80,7 +91,6 @@ def report_metadata(context, report: WindowReport) -> dict:
         "warnings": len(report.warnings),
         "completeListSize": report.complete_list_size,
     }
-    window, changes = _catalogue_facts(context, report)
     return {
         "status": report.status,
         "records": counts.received,
@@ -98,47 +108,60 @@ def report_metadata(context, report: WindowReport) -> dict:
     }
 
 
-def _catalogue_facts(context, report: WindowReport) -> tuple[dict, dict]:
-    """(live and deleted records in the window, a preview of the records this run changed)."""
+def _catalogue_facts(context, reports: list[WindowReport]) -> list[tuple[dict, dict]]:
+    """Per report: (live and deleted records in its window, a preview of the records its run
+    changed). One open of the catalogue for all, their windows' counts in one statement."""
     resource = getattr(context.resources, "duckdb", None)
     if resource is None:
-        return {}, {}
-    counts = report.counts
-    changed = counts.changed  # what the merge counted (a split window's sums its sub-windows'): no history to scan
-    from harvest_pipeline.harvest.split import SPLIT_ATTEMPT_PREFIX
-
-    split = report.attempt_id.startswith(SPLIT_ATTEMPT_PREFIX)
+        return [({}, {}) for _ in reports]
     try:
         from harvest_pipeline.defs.resources import catalogue_connector, catalogue_path
+        from harvest_pipeline.store.preview import windows_record_counts
 
-        seen = (str(catalogue_path(resource)), report.source_id)
+        path = str(catalogue_path(resource))
         with catalogue_connector(resource)() as con:
-            from harvest_pipeline.store.merge import PREVIEW_ROWS
-            from harvest_pipeline.store.preview import (
-                changed_records, preview_rows, source_has_deletions, window_record_counts,
-            )
-
-            window = window_record_counts(con, report.source_id, report.window.start, report.window.end)
-            # The merge's own preview when it took one; read back otherwise (a split window's).
-            rows = (preview_rows(counts.changed_preview) if counts.changed_preview is not None else changed_records(
-                con, report.source_id, report.window.start, report.window.end, limit=PREVIEW_ROWS,
-                **({"run_id": report.run_id} if split else {"attempt_id": report.attempt_id}),
-            )) if changed else []
-            # Whether to plot deletions: asked once per run until the source shows a tombstone, then
-            # not again (a source without any, a CSW one say, was asked after every window: a scan of
-            # its whole `deleted` column).
-            asked_this_run = _RUN_WITHOUT_DELETIONS.get(seen) == report.run_id
-            has_deletions = (seen in _SOURCES_WITH_DELETIONS or counts.deleted > 0
-                             or (not asked_this_run and source_has_deletions(con, report.source_id)))
-            if has_deletions:
-                _SOURCES_WITH_DELETIONS.add(seen)
-            else:
-                _RUN_WITHOUT_DELETIONS[seen] = report.run_id
-    except Exception as exc:  # noqa: BLE001 - the window is merged and verified already: never fail it here
-        # A busy catalogue (another process's merge) must not cost the window its materialization:
+            windows = windows_record_counts(con, [(r.source_id, r.window.start, r.window.end) for r in reports])
+            read = [(window, *_changes_read(con, report, path)) for report, window in zip(reports, windows)]
+    except Exception as exc:  # noqa: BLE001 - the windows are merged and verified already: never fail them here
+        # A busy catalogue (another process's merge) must not cost a window its materialization:
         # the ledger says verified, so nothing would ever harvest it again.
-        context.log.warning(f"{report.source_id} {report.window.key}: the catalogue's counts and preview were not read ({exc})")
-        return {}, {"changed_records": dg.MetadataValue.text(f"not read: the catalogue was busy ({type(exc).__name__})")}
+        for report in reports:
+            context.log.warning(f"{report.source_id} {report.window.key}: the catalogue's counts and preview were not read ({exc})")
+        busy = {"changed_records": dg.MetadataValue.text(f"not read: the catalogue was busy ({type(exc).__name__})")}
+        return [({}, dict(busy)) for _ in reports]
+    return [_shown(report, window, rows, has_deletions) for report, (window, rows, has_deletions) in zip(reports, read)]
+
+
+def _changes_read(con, report: WindowReport, path: str) -> tuple[list, bool]:
+    """(the preview rows of the records the report's run changed, whether its source has tombstones)."""
+    from harvest_pipeline.harvest.split import SPLIT_ATTEMPT_PREFIX
+    from harvest_pipeline.store.merge import PREVIEW_ROWS
+    from harvest_pipeline.store.preview import changed_records, preview_rows, source_has_deletions
+
+    counts = report.counts
+    split = report.attempt_id.startswith(SPLIT_ATTEMPT_PREFIX)
+    seen = (path, report.source_id)
+    # What the merge counted (a split window's sums its sub-windows'): no history to scan. The
+    # merge's own preview when it took one; read back otherwise (a split window's).
+    rows = (preview_rows(counts.changed_preview) if counts.changed_preview is not None else changed_records(
+        con, report.source_id, report.window.start, report.window.end, limit=PREVIEW_ROWS,
+        **({"run_id": report.run_id} if split else {"attempt_id": report.attempt_id}),
+    )) if counts.changed else []
+    # Whether to plot deletions: asked once per run until the source shows a tombstone, then
+    # not again (a source without any, a CSW one say, was asked after every window: a scan of
+    # its whole `deleted` column).
+    asked_this_run = _RUN_WITHOUT_DELETIONS.get(seen) == report.run_id
+    has_deletions = (seen in _SOURCES_WITH_DELETIONS or counts.deleted > 0
+                     or (not asked_this_run and source_has_deletions(con, report.source_id)))
+    if has_deletions:
+        _SOURCES_WITH_DELETIONS.add(seen)
+    else:
+        _RUN_WITHOUT_DELETIONS[seen] = report.run_id
+    return rows, has_deletions
+
+
+def _shown(report: WindowReport, window: dict, rows: list, has_deletions: bool) -> tuple[dict, dict]:
+    changed = report.counts.changed
     if changed == 0:
         changes = {"changed_records": dg.MetadataValue.text("none: every record received was already stored as is")}
     else:

@@ -32,15 +32,23 @@ def window_record_counts(con: duckdb.DuckDBPyConnection, source_id: str, start: 
     Describes the window as the catalogue holds it now, so harvesting the window again does not
     change it (unlike a run's own counts of created or deleted records).
     """
-    live, deleted = query_in_place(
-        con,
-        """
-        SELECT count(*) FILTER (WHERE NOT deleted) AS live, count(*) FILTER (WHERE deleted) AS deleted
-        FROM records WHERE source_id = ? AND datestamp >= ? AND datestamp < ?
-        """,
-        [source_id, to_naive_utc(start), to_naive_utc(end)],
-    ).fetchone()
-    return {"live": int(live), "deleted": int(deleted)}
+    return windows_record_counts(con, [(source_id, start, end)])[0]
+
+
+def windows_record_counts(con: duckdb.DuckDBPyConnection,
+                          windows: list[tuple[str, datetime, datetime]]) -> list[dict[str, int]]:
+    """`window_record_counts` of several (source, start, end) windows, in one statement: one
+    branch per window, each filtered on its own source and range as alone (a join on the list
+    would lose the row groups' datestamp statistics)."""
+    if not windows:
+        return []
+    branch = ("SELECT {n} AS n, count(*) FILTER (WHERE NOT deleted) AS live, count(*) FILTER (WHERE deleted) AS deleted"
+              " FROM records WHERE source_id = ? AND datestamp >= ? AND datestamp < ?")
+    rows = dict((n, (live, deleted)) for n, live, deleted in query_in_place(
+        con, " UNION ALL ".join(branch.format(n=n) for n in range(len(windows))),
+        [v for source_id, start, end in windows for v in (source_id, to_naive_utc(start), to_naive_utc(end))],
+    ).fetchall())
+    return [{"live": int(rows[n][0]), "deleted": int(rows[n][1])} for n in range(len(windows))]
 
 
 def source_has_deletions(con: duckdb.DuckDBPyConnection, source_id: str) -> bool:

@@ -309,3 +309,48 @@ def test_a_batch_runs_console_keeps_info_lines_and_its_events_are_stored_all_the
     err = capfd.readouterr().err
     assert "harvesting 2 window(s) of 1 source(s) at once" in err  # INFO lines still there
     assert "ASSET_MATERIALIZATION" not in err and "ASSET_CHECK_EVALUATION" not in err
+
+
+def test_windows_waiting_for_the_events_thread_are_recorded_together_each_with_its_own_counts(demo, db_path, monkeypatch):
+    """The windows that wait for a batch run's events thread are taken together: their catalogue
+    counts are read in one statement, and each materialization still carries its own window's."""
+    import time
+
+    import harvest_pipeline.store.preview as preview
+    from harvest_pipeline.defs.assets import EventRecorder
+
+    sources = [demo_source(demo, id=sid) for sid in ("alpha", "beta", "gamma")]
+    for source in sources:
+        learn_facts(source)
+    defs = build_definitions(sources)
+    windows = [day_window(n) for n in (3, 2)]
+    read_together: list[int] = []
+    real_counts, real_log = preview.windows_record_counts, EventRecorder._log
+    monkeypatch.setattr(preview, "windows_record_counts",
+                        lambda con, ws: read_together.append(len(ws)) or real_counts(con, ws))
+    slow_once = []
+
+    def log(self, *args):
+        if not slow_once:  # the first window keeps the events thread busy: the others wait together
+            slow_once.append(1)
+            time.sleep(2.0)
+        return real_log(self, *args)
+
+    monkeypatch.setattr(EventRecorder, "_log", log)
+    with dg.instance_for_test() as instance:
+        result = defs.resolve_job_def(BATCH_JOB).execute_in_process(
+            instance=instance, run_config=batch_run_config({s.id: [w.key for w in windows] for s in sources}))
+        assert result.success
+        live = {}
+        for source in sources:
+            for r in instance.fetch_materializations(
+                    dg.AssetRecordsFilter(asset_key=dg.AssetKey(["harvest", source.id])), limit=10).records:
+                live[(source.id, r.partition_key)] = r.asset_materialization.metadata["live"].value
+    assert sum(read_together) == len(sources) * len(windows) and max(read_together) >= 2, read_together
+    with connect(db_path) as con:
+        for source in sources:
+            for w in windows:
+                (stored,) = con.execute(
+                    "SELECT count(*) FROM records WHERE source_id = ? AND NOT deleted AND datestamp >= ? AND datestamp < ?",
+                    [source.id, w.start.replace(tzinfo=None), w.end.replace(tzinfo=None)]).fetchone()
+                assert live[(source.id, w.key)] == stored > 0, (source.id, w.key)
