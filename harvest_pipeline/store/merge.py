@@ -569,7 +569,7 @@ def _merge_attached(con, *, source_id, window_start, window_end, run_id, attempt
     # slices of pages (same transaction): each statement's join then holds one slice, not the window.
     inserted = updated = 0
     # Rows updated in place need the whole limit (a window of 1,000,000 new versions ran out of
-    # memory at 80 MB, not at 128): only a large window of new rows writes at the lower one.
+    # memory at 80 MB, not at 128): only a large window of new rows writes at the lower one (64 MB).
     if received > LARGE_WINDOW_ROWS and not con.execute(f"SELECT count(*) FROM classified c WHERE c.existed AND {_WRITES}").fetchone()[0]:
         merge_memory.writing(con)
     for first_page, last_page in _page_slices(con, page_rows):

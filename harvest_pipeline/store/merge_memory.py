@@ -11,9 +11,11 @@ limit: at 1,000,000 records it ran out of memory below 128 MB. Its writes do not
 buffer pool fills up to the limit with the rows written (blocks it keeps because nothing asks it
 to let them go), and that was the window harvest's peak. So the writes of a window of new rows
 run at WRITE_SHARE of the limit (updating stored rows in place needs the whole of it: merge.py
-calls `writing` only for a window that updates none): at the default 128 MB, 80 MB; a window harvest then peaked at 392 MB instead of 433 MB
-(100,000 records) and 417 MB instead of 467-478 MB (1,000,000), where the classification now sets
-the peak (bench --rss).
+calls `writing` only for a window that updates none): at the default 128 MB, 64 MB (80 MB until
+the twenty-sixth round: a first harvest of 100,000 records peaked 15-19 MB lower at 64, of 20,000
+records 13 MB lower, for about 2-3% of its speed; bench/ROUNDS.md). A window harvest first peaked
+at 392 MB instead of 433 MB (100,000 records) and 417 MB instead of 467-478 MB (1,000,000), where
+the classification sets the peak (bench --rss).
 
 The settings belong to the DuckDB instance, which merges of one process share (a batch run merges two
 windows at once on cursors of its catalogue): the limit is lowered only while no large merge of
@@ -39,9 +41,9 @@ from harvest_pipeline.store.connection import configured_memory_limit
 
 log = logging.getLogger(__name__)
 
-# The share of the memory limit a large window's writes run at (80 MB of the default 128 MB;
-# 48 MB ran out of memory at 1,000,000 records, bench --rss).
-WRITE_SHARE = 0.625
+# The share of the memory limit a large window's writes run at (64 MB of the default 128 MB; 48 MB
+# ran out of memory at 1,000,000 records, 64 MB did not, bench --rss).
+WRITE_SHARE = 0.5
 # Never lower below this: a limit already this small is left whole.
 WRITE_FLOOR_BYTES = 64 * 1000 * 1000
 # The share its fingerprint statements run at (64 MB of 128 MB): the md5 over the stored versions'

@@ -12,7 +12,7 @@ from harvest_pipeline.store.merge import merge_staging
 from harvest_pipeline.store.staging import StagingWindow, staging_path
 from harvest_pipeline_tests.store.test_merge import W0, W1, _rows
 
-WHOLE, LOWER, FINGERPRINTS = "122.0 MiB", "76.2 MiB", "61.0 MiB"  # 128MB, 80MB and 64MB as DuckDB shows them
+WHOLE, LOWER, FINGERPRINTS = "122.0 MiB", "61.0 MiB", "61.0 MiB"  # 128MB, 64MB and 64MB as DuckDB shows them
 
 
 def _limit(con) -> str:
@@ -197,9 +197,9 @@ def test_fingerprints_that_run_out_of_memory_at_the_lower_limit_are_taken_again_
 
 
 def test_the_lower_limits_are_shares_of_the_configured_one_never_below_their_floors():
-    assert merge_memory.write_limit("128MB") == "80000KB"
-    assert merge_memory.write_limit("1GiB") == "671088KB"
-    assert merge_memory.write_limit("64MB") is None  # 40 MB would be below the floor
+    assert merge_memory.write_limit("128MB") == "64000KB"
+    assert merge_memory.write_limit("1GiB") == "536870KB"
+    assert merge_memory.write_limit("64MB") is None  # 32 MB would be below the floor
     assert merge_memory.write_limit("50%") is None  # a form it does not read: left whole
     assert merge_memory.fingerprint_limit("128MB") == "64000KB"
     assert merge_memory.fingerprint_limit("64MB") is None  # 32 MB ran out of memory at 100,000 records
