@@ -16,7 +16,7 @@ from typing import Any
 import duckdb
 
 from harvest_pipeline.http.redaction import redact_text
-from harvest_pipeline.store.backend import Upsert, copied, query_in_place, upsert_in_place
+from harvest_pipeline.store.backend import Upsert, copied, upsert_in_place
 from harvest_pipeline.store.clock import to_naive_utc, utcnow
 
 # Outcome columns a leaf sub-window contributes to its window's row (summed).
@@ -140,14 +140,14 @@ def window_states(con: duckdb.DuckDBPyConnection,
     wanted = {(source_id, to_naive_utc(start)) for source_id, starts in starts_by_source.items() for start in starts}
     if not wanted:
         return {}
-    # Lists of constants (a PostgreSQL catalogue answers on its own index): the sources' and the
-    # starts' lists select their cross product, of which the pairs asked for are kept.
+    # Read through the caller's connection, as one window's state always was (its transaction's own
+    # writes included); the sources' and the starts' lists select their cross product, of which the
+    # pairs asked for are kept.
     ids, starts = sorted({s for s, _ in wanted}), sorted({t for _, t in wanted})
-    rows = query_in_place(
-        con,
+    rows = con.execute(
         "SELECT source_id, window_start, status, split_into, split_reason FROM harvest_windows"
-        f" WHERE source_id IN ({', '.join('?' * len(ids))}) AND window_start IN ({', '.join('?' * len(starts))})",
-        [*ids, *starts],
+        " WHERE source_id IN (SELECT unnest(?::VARCHAR[])) AND window_start IN (SELECT unnest(?::TIMESTAMP[]))",
+        [ids, starts],
     ).fetchall()
     return {(source_id, start): PartState(*state) for source_id, start, *state in rows if (source_id, start) in wanted}
 
