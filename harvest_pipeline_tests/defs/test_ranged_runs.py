@@ -250,9 +250,8 @@ def test_a_batch_run_reads_its_free_sources_windows_at_once_and_a_busy_source_wa
     windows start from in one go (a hundred sources each reading their own queued on the
     catalogue before their first requests); a source whose lock another process holds waits for
     it, then reads its own, after that holder is gone. Every window is harvested either way."""
-    import threading
-
     import harvest_pipeline.harvest.sequence as sequence
+    from harvest_pipeline.harvest.source_lock import SourceLock
     from harvest_pipeline_tests.harvest.test_source_lock import hold_in_child
 
     sources = [demo_source(demo, id=sid) for sid in ("alpha", "beta", "gamma")]
@@ -265,7 +264,19 @@ def test_a_batch_run_reads_its_free_sources_windows_at_once_and_a_busy_source_wa
     monkeypatch.setattr(sequence, "read_starting_states",
                         lambda con, by_source: reads.append(sorted(by_source)) or real_read(con, by_source))
     holder = hold_in_child(db_path, "beta")  # another run harvesting beta
-    threading.Timer(1.5, holder.kill).start()
+    real_acquire = SourceLock.acquire
+
+    def acquire(self, *, on_wait=None, timeout=None):
+        # The other run ends once beta's thread has begun to wait for it (not on a timer: a slow
+        # machine reached the thread's wait only after the holder was gone).
+        if on_wait is not None and self.source_id == "beta":
+            def waited():
+                on_wait()
+                holder.kill()
+            return real_acquire(self, on_wait=waited, timeout=timeout)
+        return real_acquire(self, on_wait=on_wait, timeout=timeout)
+
+    monkeypatch.setattr(SourceLock, "acquire", acquire)
     try:
         with dg.instance_for_test() as instance:
             result = defs.resolve_job_def(BATCH_JOB).execute_in_process(
