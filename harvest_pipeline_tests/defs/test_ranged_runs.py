@@ -342,9 +342,11 @@ def test_windows_waiting_for_the_events_thread_are_recorded_together_each_with_i
     slow_once = []
 
     def log(self, *args):
-        if not slow_once:  # the first window keeps the events thread busy: the others wait together
+        if not slow_once:  # the first window keeps the events thread busy until the others wait
             slow_once.append(1)
-            time.sleep(2.0)
+            deadline = time.monotonic() + 60
+            while len(self.pending) < len(sources) * len(windows) and time.monotonic() < deadline:  # all recorded
+                time.sleep(0.05)
         return real_log(self, *args)
 
     monkeypatch.setattr(EventRecorder, "_log", log)
