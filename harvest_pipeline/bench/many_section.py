@@ -41,7 +41,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from harvest_pipeline.bench.daemon_section import _stop, create_instance_storage
-from harvest_pipeline.bench.report import n1, table
+from harvest_pipeline.bench.report import n1, n2, table
 from harvest_pipeline.bench.spec import child_env, default_day, midnight, open_instance
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -522,7 +522,7 @@ def _targets(out: dict) -> list[dict]:
     def desc(r):
         return (f"{r['max_concurrent_runs']} runs: {r['rate']:.1f} rec/s vs bar {r['server_bound_rate']:.1f}"
                 f" = {r['ratio']:.2f} ({r['wall_s']:.0f} s wall vs {r['one_source_server_s']:.0f} s;"
-                f" catch-up alone {n1(r['runs_span_s'])} s = {n1(r.get('runs_ratio'))})")
+                f" catch-up alone {n1(r['runs_span_s'])} s = {n2(r.get('runs_ratio'))})")
 
     return [
         {"name": f"{out['sources']} sources via the daemon, shipped settings: >= 80% of server-bound",

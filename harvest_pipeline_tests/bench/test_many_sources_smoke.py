@@ -77,3 +77,16 @@ def test_the_wall_breakdown_splits_a_catch_up_into_its_parts():
     b = wall_breakdown(100.0, [(105.0, None, None)], [{"requests": 0, "first_request_at": None,
                                                         "last_request_at": None}], 2.0)
     assert b["launch_s"] is None and b["servers_busy_s"] is None and b["after_last_response_s"] is None
+
+
+def test_the_target_line_gives_both_ratios_to_two_decimals():
+    from harvest_pipeline.bench.many_section import _targets
+
+    # A catch-up ratio of 0.754 printed with one decimal read "0.8": the target's own value.
+    level = {"setting": "shipped", "max_concurrent_runs": 4, "rate": 1279.5, "server_bound_rate": 2142.9,
+             "ratio": 0.597, "wall_s": 23.4, "one_source_server_s": 14.0, "runs_span_s": 18.6, "runs_ratio": 0.754,
+             "windows_verified": 300, "windows_expected": 300, "machine_peak_mb": 1070.0,
+             "harvester_tree_peak_mb": 1234.0}
+    ratio_line = _targets({"sources": 100, "levels": [level]})[0]
+    assert ratio_line["verdict"] == "MISS"
+    assert "= 0.60 (" in ratio_line["numbers"] and "catch-up alone 18.6 s = 0.75)" in ratio_line["numbers"]
