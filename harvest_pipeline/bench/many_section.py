@@ -1,13 +1,14 @@
 """--many-sources N: N latency-bound sources brought up to date at once by `dagster dev` alone.
 
-One provider-farm process (``provider_farm``) serves N demo providers, source k on its own
-loopback address 127.0.0.(k + 2), each with ``--many-days`` (3) closed daily windows of
-``--many-records-per-day`` (100) records, page size ``--many-page-size`` (50), every OAI-PMH
-response delayed ``--many-delay-ms`` (2000 ms): the servers, not the CPU, should be the limit.
-Per level of ``--many-max-runs`` (default ``shipped``: the project's dagster.yaml as it is; a
-number overrides ``concurrency.runs.max_concurrent_runs`` in the copy), on a fresh Dagster home
-and catalogue: write the sources file, store the server facts (``harvest-pipeline facts``, with
-the delay off: a deployment stores them once, when a source is added), switch the delay on, start ``dagster dev`` and wait (at most ``--many-timeout``) until
+One provider-farm process (``provider_farm``) serves N demo providers, source k on its own loopback
+address (127.0.0.2, 127.0.0.3, ...; past 127.0.0.254, 127.0.1.1 and on), each with ``--many-days``
+(3) closed daily windows of ``--many-records-per-day`` (100) records, page size
+``--many-page-size`` (50), every OAI-PMH response delayed ``--many-delay-ms`` (2000 ms): the
+servers, not the CPU, should be the limit. Per level of ``--many-max-runs`` (default ``shipped``:
+the project's dagster.yaml as it is; a number overrides ``concurrency.runs.max_concurrent_runs`` in
+the copy), on a fresh Dagster home and catalogue: write the sources file, store the server facts
+(``harvest-pipeline facts``, with the delay off: a deployment stores them once, when a source is
+added), switch the delay on, start ``dagster dev`` and wait (at most ``--many-timeout``) until
 every window of every source is materialized and no run is in flight; then stop it and read the
 ledger.
 

@@ -3,10 +3,11 @@
 Used by the ``--many-sources`` section. A hundred ``python -m harvest_pipeline.demo`` processes
 would cost about 100 x 40 MB and a hundred interpreter start-ups on the same cores the harvest
 needs; the providers are not what is measured. So one process binds N ThreadingHTTPServers, server
-k on its own loopback address 127.0.0.(first_host + k) (a different host per source, as in real
+k on its own loopback address, the (first_host + k)-th (a different host per source, as in real
 life; the harvester's per-host politeness then applies per source), each with its own corpus and
-options, and serves them from threads. A response's ``slow_ms`` delay sleeps in that request's
-thread, so N servers wait in parallel. Each server keeps the demo's /admin endpoints (the parent
+options, and serves them from threads (past 127.0.0.254 the addresses go on in 127.0.1.1 ..
+127.0.1.254 and so on: Linux answers for all of 127.0.0.0/8 on its loopback interface). A
+response's ``slow_ms`` delay sleeps in that request's thread, so N servers wait in parallel. Each server keeps the demo's /admin endpoints (the parent
 switches the delay on with POST /admin/options once the facts are stored).
 
 Prints one line ``FARM_READY {json}`` (the URLs) to stdout once every server listens, then serves
@@ -23,12 +24,24 @@ import threading
 from datetime import date
 
 READY_PREFIX = "FARM_READY "
+# Loopback addresses numbered from 1: 127.0.0.1 .. 127.0.0.254, then 127.0.1.1 .. 127.0.1.254, ...
+HOSTS_PER_BLOCK = 254
+MAX_HOSTS = HOSTS_PER_BLOCK * 256
+
+
+def loopback_host(n: int) -> str:
+    """The n-th loopback address (n >= 1), skipping each block's .0 and .255."""
+    if not 1 <= n <= MAX_HOSTS:
+        raise ValueError(f"loopback address number {n} is outside 1 .. {MAX_HOSTS}")
+    block, offset = divmod(n - 1, HOSTS_PER_BLOCK)
+    return f"127.0.{block}.{offset + 1}"
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m harvest_pipeline.bench.provider_farm")
     p.add_argument("--count", type=int, required=True)
-    p.add_argument("--first-host", type=int, default=2, help="server k listens on 127.0.0.(first_host + k)")
+    p.add_argument("--first-host", type=int, default=2,
+                   help="server k listens on the (first_host + k)-th loopback address (loopback_host)")
     p.add_argument("--days", type=int, required=True)
     p.add_argument("--records-per-day", type=int, required=True)
     p.add_argument("--page-size", type=int, required=True)
@@ -36,8 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--now", required=True, help="frozen provider clock (ISO)")
     p.add_argument("--token-ttl", type=int, default=7 * 86400)
     args = p.parse_args(argv)
-    if args.first_host < 1 or args.first_host + args.count - 1 > 254:
-        print("error: the hosts must stay within 127.0.0.1 .. 127.0.0.254", file=sys.stderr)
+    if args.first_host < 1 or args.first_host + args.count - 1 > MAX_HOSTS:
+        print(f"error: the hosts must stay within 127.0.0.1 .. {loopback_host(MAX_HOSTS)}", file=sys.stderr)
         return 2
 
     from harvest_pipeline.demo.corpus import Corpus, CorpusConfig
@@ -52,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
             corpus = Corpus(CorpusConfig(days=args.days, records_per_day=args.records_per_day,
                                          end_day=args.end_day), now=args.now)
             options = ServerOptions(page_size=args.page_size, token_ttl=args.token_ttl)
-            host = f"127.0.0.{args.first_host + k}"
+            host = loopback_host(args.first_host + k)
             try:
                 server = make_server(corpus, options, host=host, port=0)
             except OSError as e:

@@ -90,3 +90,15 @@ def test_the_target_line_gives_both_ratios_to_two_decimals():
     ratio_line = _targets({"sources": 100, "levels": [level]})[0]
     assert ratio_line["verdict"] == "MISS"
     assert "= 0.60 (" in ratio_line["numbers"] and "catch-up alone 18.6 s = 0.75)" in ratio_line["numbers"]
+
+
+def test_the_provider_farm_numbers_loopback_addresses_past_254():
+    from harvest_pipeline.bench.provider_farm import MAX_HOSTS, loopback_host
+
+    assert [loopback_host(n) for n in (1, 2, 254, 255, 508, 509)] == [
+        "127.0.0.1", "127.0.0.2", "127.0.0.254", "127.0.1.1", "127.0.1.254", "127.0.2.1"]
+    # Every address is distinct and inside 127.0.0.0/8, never a block's .0 or .255.
+    hosts = [loopback_host(n) for n in range(1, 2_000)]
+    assert len(set(hosts)) == len(hosts) and all(h.split(".")[3] not in ("0", "255") for h in hosts)
+    with pytest.raises(ValueError):
+        loopback_host(MAX_HOSTS + 1)
