@@ -88,7 +88,8 @@ Sections (each only when asked; ``--all`` = all of them), each with its own tabl
 ``--many-sources [N]``
     N (100; ``--quick`` 10) latency-bound sources brought up to date at once by ``dagster dev``
     alone: one provider-farm process (``provider_farm``) serves a demo provider per source, each
-    on its own loopback address 127.0.0.(k+2), ``--many-days`` (3) closed daily windows of
+    on its own loopback address (127.0.0.2 on; past .254, 127.0.1.1 on), ``--many-days`` (3)
+    closed daily windows of
     ``--many-records-per-day`` (100), page size ``--many-page-size`` (50), ``--many-delay-ms``
     (2000) per response. ``--many-max-runs`` (``shipped``) is a comma list of
     max_concurrent_runs to measure (``shipped`` = dagster.yaml as it is). Wall time and records/s
