@@ -89,9 +89,8 @@ Sections (each only when asked; ``--all`` = all of them), each with its own tabl
     N (100; ``--quick`` 10) latency-bound sources brought up to date at once by ``dagster dev``
     alone: one provider-farm process (``provider_farm``) serves a demo provider per source, each
     on its own loopback address (127.0.0.2 on; past .254, 127.0.1.1 on), ``--many-days`` (3)
-    closed daily windows of
-    ``--many-records-per-day`` (100), page size ``--many-page-size`` (50), ``--many-delay-ms``
-    (2000) per response. ``--many-max-runs`` (``shipped``) is a comma list of
+    closed daily windows of ``--many-records-per-day`` (100), page size ``--many-page-size``
+    (50), ``--many-delay-ms`` (2000) per response. ``--many-max-runs`` (``shipped``) is a comma list of
     max_concurrent_runs to measure (``shipped`` = dagster.yaml as it is). Wall time and records/s
     against one source's own server time (pages x delay), whole-machine peak memory, the
     ``dagster dev`` tree's and the farm's RSS. Targets: >= 80% of server-bound; <= 8 GB.
