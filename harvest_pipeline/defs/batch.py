@@ -23,6 +23,7 @@ import dagster as dg
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
+from harvest_pipeline import open_files
 from harvest_pipeline.defs.assets import (
     EventRecorder, WindowRun, advance_watermarks, asset_key_for, failed_windows_text, partition_windows,
 )
@@ -124,17 +125,28 @@ def build_batch_job(sources: list[SourceConfig], partitions_by_source: dict) -> 
         # allocates (100 sources x 3 windows: 0.7 s of collections instead of 1.5 s).
         gc.freeze()
         with stop.handling_signals():
-            context.log.info(f"harvesting {sum(map(len, plan.values()))} window(s) of {len(plan)} source(s) at once")
+            # Each source holds a few files open while it is harvested: as many at a time as the
+            # process may open (its limit raised first where the system allows).
+            at_once, file_limit = open_files.sources_at_once(len(plan))
+            context.log.info(f"harvesting {sum(map(len, plan.values()))} window(s) of {len(plan)} source(s) "
+                             + ("at once" if at_once == len(plan) else f"{at_once} at a time"))
+            if at_once < len(plan):
+                context.log.warning(
+                    f"this process may open {file_limit} files, enough for {at_once} of the {len(plan)} sources at a "
+                    f"time (about {open_files.FDS_PER_SOURCE} each): harvesting them {at_once} at a time. To harvest "
+                    f"them all at once, start Dagster with `ulimit -n {open_files.files_needed(len(plan))}` or more, "
+                    "or lower HARVEST_SOURCES_PER_RUN")
             locks: dict[str, SourceLock] = {}
             try:
                 # The sources' locks that are free, taken here, and what their windows start from,
                 # read for all of them at once (each source reading its own after its lock queued a
                 # hundred of them on the catalogue, ~0.4 s before their first requests). A source
-                # whose lock another run holds waits for it in its thread and reads its own.
-                locks = _free_source_locks(catalogue_path(duckdb), plan)
+                # whose lock another run holds waits for it in its thread and reads its own, as
+                # does a source that starts only once another is done (a lock is a file held open).
+                locks = _free_source_locks(catalogue_path(duckdb), list(plan)[:at_once])
                 starting = _starting_states(context, catalogue_connector(duckdb),
                                             {sid: partition_windows(partitions_by_source[sid], plan[sid]) for sid in locks})
-                with ThreadPoolExecutor(max_workers=max(len(plan), 1), thread_name_prefix="source") as pool:
+                with ThreadPoolExecutor(max_workers=max(at_once, 1), thread_name_prefix="source") as pool:
                     for future in [pool.submit(harvest_source, sid, locks.pop(sid, None)) for sid in plan]:
                         future.result()
                 # In one transaction: a hundred sources ending together, each advancing its own,
@@ -166,11 +178,11 @@ def build_batch_job(sources: list[SourceConfig], partitions_by_source: dict) -> 
     return harvest_windows
 
 
-def _free_source_locks(db_path, plan: dict[str, list[str]]) -> dict[str, SourceLock]:
-    """The locks of the plan's sources that no other run holds, taken without waiting."""
+def _free_source_locks(db_path, source_ids: list[str]) -> dict[str, SourceLock]:
+    """The locks of these sources that no other run holds, taken without waiting."""
     locks = {}
     try:
-        for source_id in plan:
+        for source_id in source_ids:
             lock = SourceLock(db_path, source_id)
             if lock.acquire(timeout=0):
                 locks[source_id] = lock

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from harvest_pipeline import open_files
 from harvest_pipeline.crashpoints import crashpoint
 from harvest_pipeline.errors import HarvestError, WindowBusyError
 from harvest_pipeline.http.redaction import redact_text
@@ -127,8 +128,9 @@ class StagingWindow:
             except OSError as exc:
                 raise HarvestError(
                     f"the window's staging folder {path} cannot be used: {exc}",
-                    hint="move away or delete what is at that path (it only ever holds pages that can be fetched "
-                         "again), then run the window again",
+                    hint=open_files.limit_hint() if exc.errno in open_files.OUT_OF_FILES else
+                    "move away or delete what is at that path (it only ever holds pages that can be fetched "
+                    "again), then run the window again",
                 ) from exc
         except BaseException:
             # Not ours after all: the error's traceback may outlive this call (a sequence keeps

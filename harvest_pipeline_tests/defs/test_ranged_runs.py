@@ -367,3 +367,49 @@ def test_windows_waiting_for_the_events_thread_are_recorded_together_each_with_i
                     "SELECT count(*) FROM records WHERE source_id = ? AND NOT deleted AND datestamp >= ? AND datestamp < ?",
                     [source.id, w.start.replace(tzinfo=None), w.end.replace(tzinfo=None)]).fetchone()
                 assert live[(source.id, w.key)] == stored > 0, (source.id, w.key)
+
+
+_BATCH_IN_CHILD = """
+import json, resource, sys
+soft, hard, url, ids, keys = json.loads(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+import dagster as dg
+from harvest_pipeline.defs.batch import BATCH_JOB, batch_run_config
+from harvest_pipeline.defs.factory import build_definitions
+from harvest_pipeline.sources import SourceConfig
+
+defs = build_definitions([SourceConfig(id=sid, url=url) for sid in ids])
+with dg.instance_for_test() as instance:
+    result = defs.resolve_job_def(BATCH_JOB).execute_in_process(
+        instance=instance, run_config=batch_run_config({sid: keys for sid in ids}), raise_on_error=False)
+    messages = [entry.user_message for entry in instance.all_logs(result.run_id)]
+print(json.dumps({"success": result.success, "messages": messages}))
+"""
+
+
+def test_a_batch_run_allowed_few_open_files_harvests_its_sources_a_few_at_a_time(demo, db_path):
+    """Each source holds a few files open while it is harvested. A process whose hard limit is too
+    low for all of a run's sources at once (macOS's default soft limit is 256, many Linux systems'
+    1,024) harvests as many at a time as it may, says so, and verifies every window. Uncapped, these
+    24 sources ran out of descriptors at a limit of 80 (and succeeded at 90: they share one host,
+    whose politeness has them wait one after another)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("resource")
+    ids = [f"s{n:02d}" for n in range(24)]
+    for sid in ids:
+        learn_facts(demo_source(demo, id=sid))
+    windows = [day_window(2)]
+    done = subprocess.run(
+        [sys.executable, "-c", _BATCH_IN_CHILD, json.dumps([80, 80, demo.url, ids, [w.key for w in windows]])],
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["success"], [m for m in out["messages"] if "failed" in m or "Errno" in m][:5]
+    assert any("window(s) of 24 source(s) 2 at a time" in m for m in out["messages"])
+    assert any("may open 80 files, enough for 2 of the 24 sources at a time" in m and "ulimit -n 208" in m
+               for m in out["messages"])
+    with connect(db_path) as con:
+        for sid in ids:
+            assert ledger.get_window(con, sid, windows[0].start.replace(tzinfo=None)).status == ledger.VERIFIED, sid

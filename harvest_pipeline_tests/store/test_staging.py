@@ -195,3 +195,22 @@ def test_a_commit_that_failed_leaves_no_file_for_the_next_commit_to_count(tmp_pa
     with StagingWindow(path) as staging:  # and the cursor counts what is there
         assert staging.cursor().pages == 3
     assert _staged_identifiers(path) == ["a", "b", "c", "d"]
+
+
+def test_a_process_out_of_file_descriptors_is_told_to_raise_its_limit_not_to_delete_the_folder(tmp_path, monkeypatch):
+    import errno
+
+    from harvest_pipeline.errors import HarvestError
+
+    path = staging_path(tmp_path / "harvest.duckdb", "demo", datetime(2024, 1, 1))
+
+    def out_of_files(_path):
+        raise OSError(errno.EMFILE, "Too many open files", str(_path))
+
+    monkeypatch.setattr(staging_module, "_load_cursor", out_of_files)
+    with pytest.raises(HarvestError) as caught:
+        StagingWindow(path)
+    assert "ulimit -n" in caught.value.hint and "HARVEST_SOURCES_PER_RUN" in caught.value.hint
+    assert "delete" not in caught.value.hint
+    monkeypatch.undo()
+    StagingWindow(path).close()  # the window was not left locked (the next try opens it)
