@@ -90,3 +90,11 @@ def test_source_id_is_validated_whole_and_bounded(tmp_path, id_yaml, needle):
 def test_a_source_id_of_the_maximum_length_is_accepted(tmp_path):
     [src] = load_sources(_write(tmp_path, f"sources:\n  - id: {'a' * 64}\n    url: http://x/oai\n"))
     assert src.id == "a" * 64
+
+
+def test_a_file_that_is_not_yaml_is_named_with_the_line_where_it_breaks(tmp_path):
+    path = tmp_path / "sources.yaml"
+    path.write_text("sources:\n  - id: a\n    url: [unclosed\n")
+    with pytest.raises(ConfigError) as caught:
+        load_sources(path)
+    assert f"{path} is not valid YAML" in str(caught.value) and "line 3, column 10" in str(caught.value)
