@@ -76,6 +76,6 @@ def limit_hint(limit: int | None = None) -> str:
     """What to do when a process runs out of file descriptors."""
     limit = open_file_limit() if limit is None else limit
     now = f" (now {limit})" if limit else ""
-    return (f"this process has too many files open: raise its limit{now} with `ulimit -n` before starting "
-            f"Dagster (about {FDS_PER_SOURCE} per source harvested at once, plus {RESERVED_FDS}), or lower "
-            "HARVEST_SOURCES_PER_RUN; nothing is wrong with the window, run it again")
+    return (f"this process has too many files open: raise its limit{now} with `ulimit -n` in the shell that "
+            f"starts Dagster or the CLI (about {FDS_PER_SOURCE} per source harvested at once, plus {RESERVED_FDS}), "
+            "or lower HARVEST_SOURCES_PER_RUN; nothing is wrong with the window, run it again")
