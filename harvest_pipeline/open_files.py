@@ -50,8 +50,10 @@ def raise_open_file_limit(wanted: int) -> int | None:
     except ImportError:
         return None
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY or soft >= wanted:
-        return None if soft == resource.RLIM_INFINITY else soft
+    if soft == resource.RLIM_INFINITY:
+        return None
+    if soft >= wanted:
+        return soft
     target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
     for candidate in (target, min(target, _MACOS_OPEN_MAX)):
         try:

@@ -2,13 +2,13 @@
 
 A harvest spends nearly all its time waiting for servers, and a Dagster run process costs a few
 hundred MB and a few CPU-seconds to start. So the watermark sensor puts the due windows of up to
-`HARVEST_SOURCES_PER_RUN` (default 100) sources into one run: one thread per source, that source's windows one
-after another (its lock held, harvest/source_lock.py), the sources side by side (as many at a time as the
-process may open files for: harvest_pipeline/open_files.py). Each window is
-still its own: its own traversal, cursor, ledger row, and its own materialization and check
-results logged against its source's asset `harvest/<id>` and partition, exactly as a ranged run
-of that asset logs them. A failing window fails neither the other windows nor the other sources;
-the run fails at the end, naming them, and the sensor retries them with backoff.
+`HARVEST_SOURCES_PER_RUN` (default 100) sources into one run: one thread per source, that source's
+windows one after another (its lock held, harvest/source_lock.py), the sources side by side (as many
+at a time as the process may open files for: harvest_pipeline/open_files.py). Each window is still
+its own: its own traversal, cursor, ledger row, and its own materialization and check results logged
+against its source's asset `harvest/<id>` and partition, exactly as a ranged run of that asset logs
+them. A failing window fails neither the other windows nor the other sources; the run fails at the
+end, naming them, and the sensor retries them with backoff.
 
 Run config (the sensor writes it; the launchpad accepts it too):
     ops: {harvest_source_windows: {config: {windows: {<source id>: [<window key>, ...]}}}}
