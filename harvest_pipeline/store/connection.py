@@ -84,6 +84,8 @@ def connection_config(db_path: str | Path) -> dict:
         # One folder per process: DuckDB names its spill files the same in every process.
         "temp_directory": str(spill_root / str(os.getpid())),
         "preserve_insertion_order": False,
+        # A file this creates is in this format (an older one is converted when opened for writing).
+        "storage_compatibility_version": CATALOGUE_STORAGE_VERSION,
     }
 
 
@@ -106,7 +108,8 @@ def _connect(path: Path, read_only: bool, config: dict, row_group_size: int | No
     # an in-memory instance and made the default database, so unqualified names find its tables.
     con = duckdb.connect(":memory:", config=config)
     try:
-        options = f"ROW_GROUP_SIZE {int(row_group_size)}" + (", READ_ONLY" if read_only else "")
+        options = (f"ROW_GROUP_SIZE {int(row_group_size)}, STORAGE_VERSION '{CATALOGUE_STORAGE_VERSION}'"
+                   + (", READ_ONLY" if read_only else ""))
         con.execute(f"ATTACH '{str(path).replace(chr(39), chr(39) * 2)}' AS {ATTACHED_ALIAS} ({options})")
         con.execute(f"USE {ATTACHED_ALIAS}")
     except BaseException:
@@ -114,6 +117,12 @@ def _connect(path: Path, read_only: bool, config: dict, row_group_size: int | No
         raise
     return con
 
+
+# DuckDB's storage format of the catalogue file: v1.2 is the first that stores strings with zstd
+# (the raw XML, store/columns.py). DuckDB writes older files in their own format unless told; the
+# setting does not reach a file ATTACHed, hence the option in _connect too. Files in this format
+# need DuckDB 1.2 or later to read.
+CATALOGUE_STORAGE_VERSION = "v1.2.0"
 
 # The name under which a file opened with a row group size is attached (its default database).
 ATTACHED_ALIAS = "attached_file"

@@ -8,6 +8,7 @@ with ``add_record_columns_sql(n)``). All timestamps are UTC, stored as TIMESTAMP
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -16,8 +17,8 @@ import duckdb
 from harvest_pipeline.store.backend import EMBEDDED, POSTGRES, ddl_for, dialect, pg_execute_sql
 from harvest_pipeline.store.clock import utcnow
 from harvest_pipeline.store.columns import (
-    RAW_XML_COMPRESSION, add_record_columns_sql, create_records_sql, identifier_key_sql,
-    rebuild_records_without_key_sql,
+    RAW_XML_COMPRESSION, RAW_XML_COMPRESSION_OLD_FORMAT, add_record_columns_sql, create_records_sql,
+    identifier_key_sql, rebuild_records_without_key_sql,
 )
 
 MIGRATIONS: list[tuple[int, str | dict[str, str]]] = [
@@ -274,6 +275,7 @@ def _ensure_schema(con: duckdb.DuckDBPyConnection) -> int:
     )
     have = _applied(con)
     version = max(have, default=0)
+    older_format = kind == EMBEDDED and _in_older_format(con)
     for number, sql in MIGRATIONS:
         if number in have:
             continue
@@ -281,6 +283,8 @@ def _ensure_schema(con: duckdb.DuckDBPyConnection) -> int:
             sql = sql.get(kind, "")  # a migration for some backends only: the others just record it
         con.execute("BEGIN TRANSACTION")
         try:
+            if older_format:
+                sql = sql.replace(RAW_XML_COMPRESSION, RAW_XML_COMPRESSION_OLD_FORMAT)
             if sql.strip():
                 con.execute(ddl_for(kind, sql))
             con.execute("INSERT INTO schema_migrations VALUES (?, ?)", [number, utcnow()])
@@ -292,6 +296,17 @@ def _ensure_schema(con: duckdb.DuckDBPyConnection) -> int:
                 raise
         version = number
     return version
+
+
+def _in_older_format(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the file predates DuckDB's storage format v1.2, which zstd needs (it would store the
+    raw XML uncompressed there). store/connection.py opens it in v1.2; a plain duckdb.connect does not."""
+    row = con.execute(
+        "SELECT tags['storage_version'] FROM duckdb_databases() WHERE database_name = current_database()"
+    ).fetchone()
+    version = (row[0] or "") if row else ""  # '' for an in-memory database: nothing is stored
+    numbers = tuple(int(part) for part in re.findall(r"\d+", version)[:2])
+    return bool(numbers) and numbers < (1, 2)
 
 
 def _applied(con: duckdb.DuckDBPyConnection) -> set[int]:

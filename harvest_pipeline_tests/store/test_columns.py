@@ -18,6 +18,7 @@ from harvest_pipeline.store.columns import (
     RAW_XML_COMPRESSION,
     RECORD_COLUMNS,
 )
+from harvest_pipeline.store.connection import CATALOGUE_STORAGE_VERSION, close_catalogue, open_catalogue
 from harvest_pipeline.store.merge import merge_staging
 from harvest_pipeline.store.schema import MIGRATIONS
 from harvest_pipeline.store.staging import StagingWindow, staged_datasets
@@ -77,9 +78,7 @@ def test_a_page_in_another_column_order_is_staged_and_merged_by_name(tmp_path):
     assert catalogue.execute("SELECT title FROM records").fetchall() == [("T",)]
 
 
-def test_raw_xml_is_stored_with_fsst_in_the_embedded_file_and_plain_in_a_shared_catalogue(tmp_path):
-    """DuckDB's per-row-group choice would analyse (and copy) the XML for a dictionary it never
-    picks; the embedded file's records and history fix FSST, the shared backends get no clause."""
+def _merge_three_records(catalogue, tmp_path):
     path = tmp_path / "w.stage"
     rows = {c: [None] * 3 for c in PAGE_COLUMNS}
     rows.update(page_number=[1] * 3, seq=[0, 1, 2], identifier=[f"id-{i}" for i in range(3)],
@@ -91,7 +90,6 @@ def test_raw_xml_is_stored_with_fsst_in_the_embedded_file_and_plain_in_a_shared_
         staging.start_attempt("run", "key")
         staging.write_page(pa.table(rows, schema=PAGE_SCHEMA), next_token=None, complete_list_size=3,
                            response_date=None, warnings=[])
-    catalogue = duckdb.connect(str(tmp_path / "harvest.duckdb"))
     ensure_schema(catalogue)
     catalogue.execute("BEGIN TRANSACTION")
     counts = merge_staging(catalogue, path, source_id="s", window_start=datetime(2026, 1, 1, tzinfo=timezone.utc),
@@ -99,16 +97,52 @@ def test_raw_xml_is_stored_with_fsst_in_the_embedded_file_and_plain_in_a_shared_
     catalogue.execute("COMMIT")
     catalogue.execute("CHECKPOINT")
     assert counts.created == 3
-    for table in ("records", "record_history"):
-        compressions = {row[0] for row in catalogue.execute(
-            f"SELECT compression FROM pragma_storage_info('{table}')"
-            " WHERE column_name = 'metadata_xml' AND segment_type = 'VARCHAR'").fetchall()}
-        assert compressions == {"FSST"}, table
-        # A column of short repeated strings keeps DuckDB's own choice.
-        assert "FSST" not in {row[0] for row in catalogue.execute(
-            f"SELECT compression FROM pragma_storage_info('{table}')"
-            " WHERE column_name = 'source_id' AND segment_type = 'VARCHAR'").fetchall()}
 
+
+def _compressions(catalogue, table: str, column: str) -> set[str]:
+    return {row[0] for row in catalogue.execute(
+        f"SELECT compression FROM pragma_storage_info('{table}')"
+        f" WHERE column_name = '{column}' AND segment_type = 'VARCHAR'").fetchall()}
+
+
+def test_raw_xml_is_stored_with_zstd_in_the_embedded_file_and_plain_in_a_shared_catalogue(tmp_path):
+    """DuckDB's per-row-group choice would analyse (and copy) the XML for a dictionary it never
+    picks; the embedded file's records and history fix zstd, the shared backends get no clause."""
+    catalogue = open_catalogue(tmp_path / "harvest.duckdb")
+    try:
+        _merge_three_records(catalogue, tmp_path)
+        assert catalogue.execute(
+            "SELECT tags['storage_version'] FROM duckdb_databases() WHERE database_name = current_database()"
+        ).fetchone()[0].startswith(CATALOGUE_STORAGE_VERSION)
+        for table in ("records", "record_history"):
+            assert _compressions(catalogue, table, "metadata_xml") == {"ZSTD"}, table
+            # A column of short repeated strings keeps DuckDB's own choice.
+            assert not _compressions(catalogue, table, "source_id") & {"ZSTD", "FSST"}, table
+    finally:
+        close_catalogue(tmp_path / "harvest.duckdb", catalogue)
+
+
+def test_a_file_in_an_older_storage_format_stores_raw_xml_with_fsst_not_uncompressed(tmp_path):
+    """zstd needs DuckDB's storage format v1.2; a file created by a plain duckdb.connect is older,
+    where DuckDB would silently store the column uncompressed, so the schema falls back to FSST."""
+    path = tmp_path / "plain.duckdb"
+    catalogue = duckdb.connect(str(path))
+    _merge_three_records(catalogue, tmp_path)
+    for table in ("records", "record_history"):
+        assert _compressions(catalogue, table, "metadata_xml") == {"FSST"}, table
+    catalogue.close()
+    # Opened the harvester's way, the older file is taken into the newer format, its rows intact.
+    catalogue = open_catalogue(path)
+    try:
+        assert catalogue.execute(
+            "SELECT tags['storage_version'] FROM duckdb_databases() WHERE database_name = current_database()"
+        ).fetchone()[0].startswith(CATALOGUE_STORAGE_VERSION)
+        assert catalogue.execute("SELECT count(*) FROM records WHERE metadata_xml LIKE '<dc>%'").fetchone()[0] == 3
+    finally:
+        close_catalogue(path, catalogue)
+
+
+def test_the_raw_xml_clause_is_the_embedded_files_only():
     create = MIGRATIONS[0][1]
     assert RAW_XML_COMPRESSION in ddl_for(EMBEDDED, create)
     for shared in (POSTGRES, DUCKLAKE):
