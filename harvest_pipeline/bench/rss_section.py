@@ -20,6 +20,7 @@ benchmark cannot starve a shared machine.
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from pathlib import Path
 
@@ -66,6 +67,7 @@ def run(args, workdir: Path, *, log=print) -> dict:
             again = [("again", None)] if getattr(args, "rss_again", "yes") != "no" else []
             for label, settings in variants[:1] + again + variants[1:]:
                 summary = Summary(f"harvest {n} {label}")
+                catalogue_mb = []  # the catalogue file after each run: what the window costs on disk
                 for r in range(runs):
                     env = {DUCKDB_CONFIG_ENV: json.dumps(settings)} if settings else None
                     run_spec = spec_file
@@ -76,13 +78,17 @@ def run(args, workdir: Path, *, log=print) -> dict:
                         spec.extra["db_path"] = str(first[0])
                         run_spec = spec.write(workdir / f"spec-{n}-again-{r}.json")
                         spec.extra.pop("db_path")
-                    s = run_child("harvest", run_spec, workdir / f"{n}-{label.split()[0]}-{r}", timeout=args.timeout,
+                    run_dir = workdir / f"{n}-{label.split()[0]}-{r}"
+                    s = run_child("harvest", run_spec, run_dir, timeout=args.timeout,
                                   env=env, rss_cap_mb=cap)
                     check_count(s, spec)
                     trouble = provider_trouble(provider)
                     if trouble:
                         raise RuntimeError(f"{trouble}; {n:,}-record {label} run: {s.error or 'ok'}")
                     summary.samples.append(s)
+                    written = first if label == "again" else sorted(run_dir.glob("catalogue-*/harvest.duckdb"))
+                    if written and written[0].exists():
+                        catalogue_mb.append(written[0].stat().st_size / 1e6)
                     log(f"  {label}: " + (f"ERROR {s.error}" if s.error else
                                           f"{s.records:,} records in {s.seconds:.1f} s, peak RSS {s.data.get('rss_peak_mb')} MB"))
                 killed = any(s.data.get("killed") for s in summary.samples)
@@ -93,6 +99,7 @@ def run(args, workdir: Path, *, log=print) -> dict:
                     (f"> {cap:,.0f} (killed)" if killed else n1(peak)),
                     n1(_phase_peak(summary, "token_loop")), n1(_phase_peak(summary, "merge", "after_merge")),
                     _split_at_peak(summary),
+                    n1(statistics.median(catalogue_mb)) if catalogue_mb else "",
                     (summary.errors[-1][:90] if summary.errors else ""),
                 ])
                 out["sizes"].setdefault(str(n), {})[label] = {
@@ -100,14 +107,17 @@ def run(args, workdir: Path, *, log=print) -> dict:
                     "token_loop_mb": _phase_peak(summary, "token_loop"),
                     "merge_mb": _phase_peak(summary, "merge", "after_merge"),
                     "anon_file_mb_at_peak": _split_at_peak(summary),
+                    "catalogue_mb": statistics.median(catalogue_mb) if catalogue_mb else None,
                 }
     print()
     print(f"== Peak RSS of harvest_window on one window (page size {args.rss_page_size}, {runs} run(s) each) ==")
     print(table(["window", "variant", "records", "rec/s median", "min", "max", "peak RSS MB",
-                 "token loop MB", "merge MB", "anon / file MB", "error"], rows, right={2, 3, 4, 5, 6, 7, 8, 9}))
+                 "token loop MB", "merge MB", "anon / file MB", "catalogue MB", "error"], rows,
+                right={2, 3, 4, 5, 6, 7, 8, 9, 10}))
     print("peak RSS = VmHWM of the child; token loop / merge = peaks sampled every 50 ms in each phase;\n"
           "anon / file = the highest sample split into the process's own memory and file-backed pages\n"
-          "(mostly shared libraries' code, shared with every other process that maps them).")
+          "(mostly shared libraries' code, shared with every other process that maps them);\n"
+          "catalogue MB = the DuckDB file after the run (again: the first run's file, written twice).")
     out["target"] = _target(sizes, out)
     return out
 
