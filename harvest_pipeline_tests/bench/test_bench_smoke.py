@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -63,3 +64,17 @@ def test_upsert_section_runs_both_its_parts(tmp_path):
     assert [" ".join(r.split()[:3]) for r in cases] == [
         "empty catalogue 20", "new records into", "new records into", "new versions into"]
     assert "The big source's first merge" in proc.stdout
+
+
+def test_rss_section_reports_each_runs_peak_and_its_catalogue_file(tmp_path):
+    """A first harvest and the same window again, each with its peak RSS and the file it left."""
+    out = tmp_path / "bench.json"
+    proc = _bench("--no-contenders", "--rss", "--rss-sizes", "500", "--rss-runs", "1", "--rss-what-if", "none",
+                  "--json", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = _rows(proc.stdout, "window")
+    assert [r.split()[1] for r in rows] == ["as-is", "again"]
+    sizes = json.loads(out.read_text())["sections"]["rss"]["sizes"]["500"]
+    for label in ("as-is", "again"):
+        assert sizes[label]["peak_mb"] > 0, label
+        assert sizes[label]["catalogue_mb"] > 0, label  # the DuckDB file the run wrote
