@@ -70,12 +70,16 @@ def reports_metadata(context, reports: list[WindowReport]) -> list[dict]:
     """`report_metadata` of several windows, their catalogue facts read through one open of the
     catalogue (a batch run's events thread takes the windows merged together at once)."""
     facts = _catalogue_facts(context, reports)
-    return [_metadata(context, report, window, changes) for report, (window, changes) in zip(reports, facts)]
+    metadata = [_metadata(report, window, changes) for report, (window, changes) in zip(reports, facts)]
+    # Logged once all are built: a caller whose windows' metadata failed part way builds each
+    # window's alone (defs/assets.py EventRecorder), and would log the first ones' warnings twice.
+    for report in reports:
+        for text in report.warnings[:50]:
+            context.log.warning(f"{report.source_id} {report.window.key}: {text}")
+    return metadata
 
 
-def _metadata(context, report: WindowReport, window: dict, changes: dict) -> dict:
-    for text in report.warnings[:50]:
-        context.log.warning(f"{report.source_id} {report.window.key}: {text}")
+def _metadata(report: WindowReport, window: dict, changes: dict) -> dict:
     counts = report.counts
     this_run = {
         "upserts": counts.upserted,

@@ -209,3 +209,34 @@ def test_a_busy_catalogue_after_the_merge_does_not_cost_the_window_its_metadata(
     meta = report_metadata(context, report)
     assert meta["status"] == ledger.VERIFIED and meta["records"] == window_stats(shared_demo, window)["total"]
     assert "busy" in meta["changed_records"].value and "live" not in meta
+
+
+def test_windows_metadata_failing_part_way_logs_no_warning_the_fallback_logs_again(shared_demo, db_path, caplog):
+    """The events thread builds a group's metadata at once and, if that fails, each window's
+    alone: the group's attempt must not have logged the first windows' warnings already."""
+    import dataclasses
+    import logging
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    from harvest_pipeline.defs.report import report_metadata, reports_metadata
+    from harvest_pipeline.errors import StoreLockedError
+    from harvest_pipeline.harvest import harvest_window
+
+    report = harvest_window(demo_source(shared_demo), day_window(4), db_path=db_path)
+    first = dataclasses.replace(report, warnings=["the server sent a duplicate page"])
+    broken = dataclasses.replace(report, warnings=["another warning"], counts=None)  # its metadata raises
+
+    class Busy:
+        @contextmanager
+        def get_connection(self):
+            raise StoreLockedError("catalogue is locked by another process", hint="wait")
+            yield
+
+    context = SimpleNamespace(resources=SimpleNamespace(duckdb=Busy()), log=logging.getLogger("test.report"))
+    with caplog.at_level(logging.WARNING, logger="test.report"):
+        with pytest.raises(AttributeError):
+            reports_metadata(context, [first, broken])
+        assert not [r for r in caplog.records if "duplicate page" in r.getMessage()]
+        report_metadata(context, first)  # the fallback, window by window
+    assert len([r for r in caplog.records if "duplicate page" in r.getMessage()]) == 1
