@@ -184,20 +184,13 @@ def ledger_start(defs, key):
     return tw.start.replace(tzinfo=None)
 
 
-def test_a_busy_catalogue_after_the_merge_does_not_cost_the_window_its_metadata(shared_demo, db_path):
-    """The window is merged and verified before its metadata reads the catalogue again: a lock
-    there must not fail the window (the ledger would say verified, Dagster would show it missing)."""
+def _context_with_a_busy_catalogue(logger: str):
+    """A step context as report_metadata sees it, whose catalogue another process holds."""
     import logging
     from contextlib import contextmanager
     from types import SimpleNamespace
 
-    from harvest_pipeline.defs.report import report_metadata
     from harvest_pipeline.errors import StoreLockedError
-    from harvest_pipeline.harvest import harvest_window
-
-    window = day_window(3)
-    report = harvest_window(demo_source(shared_demo), window, db_path=db_path)
-    assert report.status == ledger.VERIFIED
 
     class Busy:
         @contextmanager
@@ -205,7 +198,20 @@ def test_a_busy_catalogue_after_the_merge_does_not_cost_the_window_its_metadata(
             raise StoreLockedError("catalogue is locked by another process", hint="wait")
             yield
 
-    context = SimpleNamespace(resources=SimpleNamespace(duckdb=Busy()), log=logging.getLogger("test"))
+    return SimpleNamespace(resources=SimpleNamespace(duckdb=Busy()), log=logging.getLogger(logger))
+
+
+def test_a_busy_catalogue_after_the_merge_does_not_cost_the_window_its_metadata(shared_demo, db_path):
+    """The window is merged and verified before its metadata reads the catalogue again: a lock
+    there must not fail the window (the ledger would say verified, Dagster would show it missing)."""
+    from harvest_pipeline.defs.report import report_metadata
+    from harvest_pipeline.harvest import harvest_window
+
+    window = day_window(3)
+    report = harvest_window(demo_source(shared_demo), window, db_path=db_path)
+    assert report.status == ledger.VERIFIED
+
+    context = _context_with_a_busy_catalogue("test")
     meta = report_metadata(context, report)
     assert meta["status"] == ledger.VERIFIED and meta["records"] == window_stats(shared_demo, window)["total"]
     assert "busy" in meta["changed_records"].value and "live" not in meta
@@ -216,24 +222,15 @@ def test_windows_metadata_failing_part_way_logs_no_warning_the_fallback_logs_aga
     alone: the group's attempt must not have logged the first windows' warnings already."""
     import dataclasses
     import logging
-    from contextlib import contextmanager
-    from types import SimpleNamespace
 
     from harvest_pipeline.defs.report import report_metadata, reports_metadata
-    from harvest_pipeline.errors import StoreLockedError
     from harvest_pipeline.harvest import harvest_window
 
     report = harvest_window(demo_source(shared_demo), day_window(4), db_path=db_path)
     first = dataclasses.replace(report, warnings=["the server sent a duplicate page"])
     broken = dataclasses.replace(report, warnings=["another warning"], counts=None)  # its metadata raises
 
-    class Busy:
-        @contextmanager
-        def get_connection(self):
-            raise StoreLockedError("catalogue is locked by another process", hint="wait")
-            yield
-
-    context = SimpleNamespace(resources=SimpleNamespace(duckdb=Busy()), log=logging.getLogger("test.report"))
+    context = _context_with_a_busy_catalogue("test.report")
     with caplog.at_level(logging.WARNING, logger="test.report"):
         with pytest.raises(AttributeError):
             reports_metadata(context, [first, broken])
