@@ -53,7 +53,7 @@ class Column:
 # pick, it analyses every method, and the dictionary's analysis keeps a copy of each distinct string
 # of the row group (16,384 records' XML, all distinct) only to lose. That copy was about 30 MB of a
 # large window's peak RSS (bench --rss, bench/ROUNDS.md "Twenty-fifth round"). zstd, not FSST: a
-# catalogue 3.6x smaller, a first harvest 4-9% faster and 6-9 MB lower ("Twenty-eighth round").
+# catalogue 3.7x smaller, a first harvest 2-9% faster and 5-7 MB lower ("Twenty-eighth round").
 # zstd needs DuckDB's storage format v1.2 or later, which store/connection.py opens the catalogue
 # with; a file in an older format (opened by plain duckdb.connect) gets FSST instead (schema.py),
 # since DuckDB would store the column uncompressed. The shared catalogues (PostgreSQL, DuckLake)

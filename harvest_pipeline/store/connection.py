@@ -84,7 +84,8 @@ def connection_config(db_path: str | Path) -> dict:
         # One folder per process: DuckDB names its spill files the same in every process.
         "temp_directory": str(spill_root / str(os.getpid())),
         "preserve_insertion_order": False,
-        # A file this creates is in this format (an older one is converted when opened for writing).
+        # A file this connects to first is created in this format (an older file stays as it is here;
+        # the catalogue's ATTACH in _connect converts it).
         "storage_compatibility_version": CATALOGUE_STORAGE_VERSION,
     }
 
