@@ -26,20 +26,16 @@ def _short(title: str | None) -> str | None:
     return title[: TITLE_CHARS - 1] + "…"
 
 
-def window_record_counts(con: duckdb.DuckDBPyConnection, source_id: str, start: datetime, end: datetime) -> dict[str, int]:
-    """Live and deleted records of the source whose datestamp lies in [start, end).
-
-    Describes the window as the catalogue holds it now, so harvesting the window again does not
-    change it (unlike a run's own counts of created or deleted records).
-    """
-    return windows_record_counts(con, [(source_id, start, end)])[0]
-
-
 def windows_record_counts(con: duckdb.DuckDBPyConnection,
                           windows: list[tuple[str, datetime, datetime]]) -> list[dict[str, int]]:
-    """`window_record_counts` of several (source, start, end) windows, in one statement: one
-    branch per window, each filtered on its own source and range as alone (a join on the list
-    would lose the row groups' datestamp statistics)."""
+    """Per (source, start, end) window: the source's live and deleted records whose datestamp lies
+    in [start, end), all in one statement.
+
+    Describes each window as the catalogue holds it now, so harvesting it again does not change it
+    (unlike a run's own counts of created or deleted records). One branch per window, each filtered
+    on its own source and range as alone (a join on the list would lose the row groups' datestamp
+    statistics).
+    """
     if not windows:
         return []
     branch = ("SELECT {n} AS n, count(*) FILTER (WHERE NOT deleted) AS live, count(*) FILTER (WHERE deleted) AS deleted"

@@ -13,7 +13,7 @@ from harvest_pipeline.harvest import harvest_window
 from harvest_pipeline.store import connect, ledger
 from harvest_pipeline.store.backend import query_in_place
 from harvest_pipeline.store.history import record_history
-from harvest_pipeline.store.preview import source_has_deletions, window_record_counts
+from harvest_pipeline.store.preview import source_has_deletions, windows_record_counts
 from harvest_pipeline.store.shared_instance import close_shared_instances
 from harvest_pipeline_tests.conftest import day_window, demo_source, records_table
 
@@ -66,7 +66,7 @@ def test_a_window_reads_its_own_rows_not_its_source(shared_env, tmp_path, monkey
     # source has any tombstone (it has none: the answer cannot stop at a first one).
     with connect(db) as con:
         day = datetime(2020, 1, 2)  # the 150 new versions' day
-        counts = window_record_counts(con, "bench", day, day + timedelta(days=1))
+        counts = windows_record_counts(con, [("bench", day, day + timedelta(days=1))])[0]
         has_tombstones = source_has_deletions(con, "bench")
     read_after = _rows_read_by_scans(dsn)
     assert counts == {"live": 150, "deleted": 0} and not has_tombstones
