@@ -2,6 +2,8 @@
 
 `oai_datacite` (oai-1.0 / oai-1.1) wraps the resource as `<oai_datacite><payload><resource>`; the
 resource's own namespace says its kernel version, and its children are read in that namespace.
+A `<resource>` in no namespace (pycsw's OAI-PMH `datacite` output drops the kernel namespace, its
+schemaLocation still naming it) is read as DataCite when it has DataCite's parts.
 Field choices:
   title       the first title without titleType; `titles` = that one, then the others in order
   creators    creatorName, else "familyName, givenName" (either part alone if that is all)
@@ -184,7 +186,19 @@ def map_oai_datacite(wrapper) -> NormalizedRecord:
     raise MappingError("oai_datacite record has no <payload>")
 
 
+def map_unqualified_resource(resource) -> NormalizedRecord:
+    """Map a `<resource>` in no namespace, if it is DataCite's: an `identifier` with an
+    `identifierType`, or `titles` or `creators` (a root this common may be anyone's)."""
+    t = _tags_for(resource.tag)
+    if not any(el.get("identifierType") for el in resource.iterchildren(t.identifier)) and \
+            next(resource.iterchildren(t.titles, t.creators), None) is None:
+        raise MappingError("a <resource> in no namespace without DataCite's identifier, titles or creators: "
+                           "not read as DataCite")
+    return map_resource(resource)
+
+
 REGISTRATIONS = (
     *((ns, "resource", map_resource, "datacite") for ns in KERNEL_NAMESPACES),
+    ("", "resource", map_unqualified_resource, "datacite"),
     *((ns, "oai_datacite", map_oai_datacite, "oai_datacite") for ns in OAI_DATACITE_NAMESPACES),
 )

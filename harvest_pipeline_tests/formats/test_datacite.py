@@ -98,3 +98,36 @@ def test_kernel3_point_and_bad_box():
         "</geoLocation></geoLocations></resource>"
     )
     assert map_record(el).bbox == (6.15, 46.2, 6.15, 46.2)
+
+
+# pycsw in OAI-PMH mode serves the `datacite` prefix with the kernel namespace dropped (only its
+# schemaLocation names it); written for this test after pycsw's functional-test output.
+_PYCSW_STYLE = """
+<resource xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"
+          xsi:schemaLocation="http://datacite.org/schema/kernel-4 http://schema.datacite.org/meta/kernel-4.3/metadata.xsd">
+  <resourceType resourceTypeGeneral="Dataset">Dataset</resourceType>
+  <identifier identifierType="URN">urn:uuid:5f0b2c1e-0000-4000-8000-000000000001</identifier>
+  <titles><title xml:lang="eng">Harbour soundings 1998</title></titles>
+  <subjects><subject xml:lang="eng">bathymetry</subject><subject/></subjects>
+  <creators><creator><creatorName/></creator><creator><creatorName>Marine Survey Office</creatorName></creator></creators>
+  <descriptions><description xml:lang="eng">Depths along the outer harbour.</description></descriptions>
+  <dates><date dateType="Issued">1998-06-01</date></dates>
+  <rightsList/>
+</resource>
+"""
+
+
+def test_a_resource_in_no_namespace_is_read_as_datacite():
+    r = map_record(parse_xml(_PYCSW_STYLE))
+    assert r.format_name == "datacite"
+    assert r.title == "Harbour soundings 1998"
+    assert r.creators == ["Marine Survey Office"]  # the empty creatorName is skipped
+    assert r.subjects == ["bathymetry"]
+    assert r.description == "Depths along the outer harbour."
+    assert r.date == "1998-06-01" and r.type == "Dataset"
+    assert r.identifiers == ["urn:uuid:5f0b2c1e-0000-4000-8000-000000000001"]
+
+
+def test_a_resource_in_no_namespace_that_is_not_datacite_is_not_read_as_it():
+    with pytest.raises(MappingError, match="not read as DataCite"):
+        map_record(parse_xml("<resource><name>a web page</name><href>https://example.org/</href></resource>"))
