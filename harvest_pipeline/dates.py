@@ -20,6 +20,7 @@ __all__ = [
     "GRANULARITY_SECONDS",
     "OAIBounds",
     "parse_datestamp",
+    "parse_basic_datestamp",
     "format_datestamp",
     "window_to_oai_bounds",
     "in_window",
@@ -91,6 +92,25 @@ def parse_datestamp(s: str) -> datetime:
         except ValueError:
             pass  # the slow path gives the proper message
     return _parse_datestamp_cached(s.strip())
+
+
+# ISO 8601's basic form, which some servers send as record datestamps (Harvard's LibraryCloud:
+# "20210311"): not OAI-PMH's form, but it names one instant all the same.
+_BASIC_DATESTAMP_RE = re.compile(r"(\d{4})(\d{2})(\d{2})(?:T(\d{2})(\d{2})(\d{2})Z)?", re.ASCII)
+
+
+def parse_basic_datestamp(s: str) -> datetime:
+    """Parse ``YYYYMMDD`` or ``YYYYMMDDThhmmssZ`` into a tz-aware UTC datetime (ValueError otherwise).
+
+    Only for datestamps :func:`parse_datestamp` refused: the caller says the server is not
+    conforming."""
+    m = _BASIC_DATESTAMP_RE.fullmatch(s.strip()) if isinstance(s, str) else None
+    if m is None:
+        raise ValueError(f"not a datestamp in ISO 8601's basic form: {s!r}")
+    try:
+        return datetime(*(int(g) for g in m.groups() if g is not None), tzinfo=UTC)
+    except ValueError as e:
+        raise ValueError(f"not a valid datestamp: {s!r} ({e})") from None
 
 
 def normalize_granularity(granularity: str) -> str:

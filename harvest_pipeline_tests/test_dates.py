@@ -13,6 +13,7 @@ from harvest_pipeline.dates import (
     format_datestamp,
     in_window,
     normalize_granularity,
+    parse_basic_datestamp,
     parse_datestamp,
     window_to_oai_bounds,
 )
@@ -77,6 +78,24 @@ def test_parse_datestamp_variants(raw, expected):
 def test_parse_datestamp_rejects(raw):
     with pytest.raises(ValueError):
         parse_datestamp(raw)
+
+
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        ("20210311", datetime(2021, 3, 11, tzinfo=UTC)),
+        (" 20210311\n", datetime(2021, 3, 11, tzinfo=UTC)),
+        ("20210311T101112Z", datetime(2021, 3, 11, 10, 11, 12, tzinfo=UTC)),
+    ],
+)
+def test_parse_basic_datestamp_reads_iso_8601_basic_form(raw, expected):
+    assert parse_basic_datestamp(raw) == expected
+
+
+@pytest.mark.parametrize("raw", ["2021031", "20210230", "2021-03-11", "20210311T1011Z", "20210311T101112", "yesterday", None])
+def test_parse_basic_datestamp_rejects_anything_else(raw):
+    with pytest.raises(ValueError):
+        parse_basic_datestamp(raw)
 
 
 def test_parse_datestamp_rejects_non_strings():

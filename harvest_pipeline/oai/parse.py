@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 from lxml import etree
 
-from harvest_pipeline.dates import GRANULARITY_DAY, normalize_granularity, parse_datestamp
+from harvest_pipeline.dates import GRANULARITY_DAY, normalize_granularity, parse_basic_datestamp, parse_datestamp
 from harvest_pipeline.errors import (
     BadResumptionToken,
     IdDoesNotExist,
@@ -272,8 +272,20 @@ def _utc(identifier: str, datestamp: str, warnings: list[str]):
     try:
         return parse_datestamp(datestamp)
     except ValueError:
+        return _nonconforming_utc(identifier, datestamp, warnings)
+
+
+def _nonconforming_utc(identifier: str, datestamp: str, warnings: list[str]):
+    """A datestamp OAI-PMH's form does not allow: read if it is ISO 8601's basic form, else None;
+    either way the window's warnings say so."""
+    try:
+        utc = parse_basic_datestamp(datestamp)
+    except ValueError:
         warnings.append(f"record {identifier}: unparseable datestamp {datestamp!r}")
         return None
+    warnings.append(f"record {identifier}: datestamp {datestamp!r} is not in OAI-PMH's form (YYYY-MM-DD"
+                    f"[Thh:mm:ssZ]); read as {utc.strftime('%Y-%m-%dT%H:%M:%SZ')}")
+    return utc
 
 
 def _read_records(body, T, append, warnings: list[str], counters: list[int], serialize: bool = True):
@@ -357,8 +369,7 @@ def _read_records(body, T, append, warnings: list[str], counters: list[int], ser
         try:
             utc = parse_ds(datestamp)
         except ValueError:
-            warnings.append(f"record {identifier}: unparseable datestamp {datestamp!r}")
-            utc = None
+            utc = _nonconforming_utc(identifier, datestamp, warnings)
         append(Record(identifier, datestamp, utc, specs, deleted, metadata_xml, metadata, utf8))
     return tok_el
 

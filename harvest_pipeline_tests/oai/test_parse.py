@@ -171,6 +171,18 @@ def test_unparseable_datestamp_gives_none_and_a_warning():
     assert any("oai:x:1" in w and "datestamp" in w for w in page.warnings)
 
 
+def test_a_datestamp_in_iso_8601_basic_form_is_read_and_reported():
+    # Harvard's LibraryCloud sends "20210311": not OAI-PMH's form, but one date all the same.
+    page = parse_list_records(list_records([record("oai:x:1", "20210311"), record("oai:x:2")]), URL, PARAMS, 1)
+    rec = page.records[0]
+    assert rec.datestamp == "20210311"
+    assert rec.datestamp_utc == datetime(2021, 3, 11, tzinfo=timezone.utc)
+    assert [w for w in page.warnings if "oai:x:1" in w] == [
+        "record oai:x:1: datestamp '20210311' is not in OAI-PMH's form (YYYY-MM-DD[Thh:mm:ssZ]); read as 2021-03-11T00:00:00Z"
+    ]
+    assert not any("oai:x:2" in w for w in page.warnings)
+
+
 def test_absent_token_element():
     page = parse_list_records(list_records([record("oai:x:1")]), URL, PARAMS, 1)
     assert page.resumption == ResumptionInfo(token=None, present=False)
