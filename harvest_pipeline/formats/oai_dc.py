@@ -10,6 +10,8 @@ with a tag -> slot table maps them. Which element feeds which field:
   url         first http(s) dc:identifier, else dct:references / dc:URI links
   bbox        first usable ows:BoundingBox / ows:WGS84BoundingBox (axis order: see geo.py)
 Children without a namespace are read as Dublin Core too: some servers drop the dc namespace.
+Any other root whose element children are mostly dc: and dcterms: elements (Dublin Core
+application profiles: DSpace's `qdc`, NSDL's `nsdl_dc`) is read the same way, as `dublin_core`.
 """
 
 from __future__ import annotations
@@ -163,6 +165,25 @@ def map_dc(element) -> NormalizedRecord:
 def _unique(values: list[str] | None) -> list[str]:
     return list(dict.fromkeys(values)) if values else []
 
+
+_DC_PREFIXES = (f"{{{DC_NS}}}", f"{{{DCT_NS}}}")
+
+
+def holds_dublin_core(element) -> bool:
+    """A root no format names whose element children are mostly Dublin Core (dc:, dcterms:)."""
+    dc = other = 0
+    for child in element:
+        tag = child.tag
+        if tag.__class__ is not str:  # a comment or processing instruction
+            continue
+        if tag.startswith(_DC_PREFIXES):
+            dc += 1
+        else:
+            other += 1
+    return dc > 0 and dc >= other
+
+
+FALLBACKS = ((holds_dublin_core, map_dc, "dublin_core"),)
 
 REGISTRATIONS = (
     (OAI_DC_NS, "dc", map_dc, "oai_dc"),

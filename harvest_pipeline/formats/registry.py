@@ -37,6 +37,9 @@ class RegisteredFormat:
 
 # Keyed by the root's Clark tag "{namespace}local" so dispatch is one dict lookup on element.tag.
 _BY_TAG: dict[str, RegisteredFormat] = {}
+# For a root no registration names, in order: (claims(element) -> bool, its format). A module
+# declares them as `FALLBACKS = ((claims, mapper, name), ...)`.
+_FALLBACKS: list[tuple[Callable[[etree._Element], bool], RegisteredFormat]] = []
 
 
 def _clark(namespace: str, local: str) -> str:
@@ -71,10 +74,20 @@ def unregister(namespace: str, root_local_name: str) -> None:
     _BY_TAG.pop(_clark(namespace, root_local_name), None)
 
 
+def register_fallback(claims: Callable[[etree._Element], bool], mapper: Mapper, name: str) -> None:
+    """Route payloads whose root no registration names, and that `claims` accepts, to `mapper`."""
+    if any(c is claims and f.mapper is mapper and f.name == name for c, f in _FALLBACKS):
+        return  # registered before (a re-import)
+    _FALLBACKS.append((claims, RegisteredFormat(name, "", f"(any root {getattr(claims, '__name__', 'claimed')})", mapper)))
+
+
 def register_module(module: ModuleType) -> None:
-    """Register every `(namespace, root_local_name, mapper, name)` in `module.REGISTRATIONS`."""
+    """Register every `(namespace, root_local_name, mapper, name)` in `module.REGISTRATIONS`, and
+    every `(claims, mapper, name)` in its `FALLBACKS` if it has any."""
     for namespace, root, mapper, name in module.REGISTRATIONS:
         register(namespace, root, mapper, name)
+    for claims, mapper, name in getattr(module, "FALLBACKS", ()):
+        register_fallback(claims, mapper, name)
 
 
 def known_formats() -> list[RegisteredFormat]:
@@ -95,6 +108,9 @@ def _root_of(element) -> etree._Element:
 def _entry_for(element: etree._Element) -> RegisteredFormat:
     entry = _BY_TAG.get(element.tag)
     if entry is None:
+        for claims, fallback in _FALLBACKS:
+            if claims(element):
+                return fallback
         ns, local = _split(element.tag)
         # Name the formats that use the same root name: the usual cause is a namespace typo or
         # version (".../kernel-4" vs ".../kernel-4.1") on the server side.

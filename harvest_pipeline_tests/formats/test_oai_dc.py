@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from harvest_pipeline.formats import map_record
+import pytest
+
+from harvest_pipeline.formats import MappingError, map_record
 from harvest_pipeline.formats.oai_dc import map_dc
 
 from .conftest import load_sample, parse_xml
@@ -76,3 +78,57 @@ def test_empty_and_unqualified_children():
 def test_mapper_is_usable_without_the_registry():
     r = map_dc(load_sample("oai_dc_full.xml"))
     assert r.format_name == "oai_dc" and r.title
+
+
+# Dublin Core application profiles: a root of their own around dc: and dcterms: elements. Written
+# for these tests after DSpace's `qdc` and NSDL's `nsdl_dc` output.
+_DSPACE_QDC = """
+<qdc:qualifieddc xmlns:qdc="http://dspace.org/qualifieddc/" xmlns:dc="http://purl.org/dc/elements/1.1/"
+                 xmlns:dcterms="http://purl.org/dc/terms/">
+  <dc:title>Sediment cores of the northern fjords</dc:title>
+  <dcterms:alternative>Fjord cores</dcterms:alternative>
+  <dc:creator>Lindqvist, Maja</dc:creator>
+  <dcterms:abstract>Cores taken in 2019 and 2020.</dcterms:abstract>
+  <dcterms:issued>2021-05-04</dcterms:issued>
+  <dc:identifier>https://repository.example.org/handle/123/456</dc:identifier>
+  <dc:language>en</dc:language>
+</qdc:qualifieddc>
+"""
+
+_NSDL_DC = """
+<nsdl_dc:nsdl_dc xmlns:nsdl_dc="http://ns.nsdl.org/nsdl_dc_v1.02/" xmlns:dc="http://purl.org/dc/elements/1.1/"
+                 xmlns:dct="http://purl.org/dc/terms/" xmlns:lar="http://ns.nsdl.org/schemas/dc/lar"
+                 schemaVersion="1.02.000">
+  <dc:identifier>Sample 77</dc:identifier>
+  <dc:title>Crystal structure of sample 77</dc:title>
+  <dct:educationLevel>Higher Education</dct:educationLevel>
+  <dc:subject>Chemistry</dc:subject>
+  <lar:readiness>Published</lar:readiness>
+  <dc:date>2002-09-19</dc:date>
+</nsdl_dc:nsdl_dc>
+"""
+
+
+@pytest.mark.parametrize("payload, title, date", [
+    (_DSPACE_QDC, "Sediment cores of the northern fjords", "2021-05-04"),
+    (_NSDL_DC, "Crystal structure of sample 77", "2002-09-19"),
+])
+def test_a_root_of_dublin_core_elements_is_read_as_dublin_core(payload, title, date):
+    r = map_record(parse_xml(payload))
+    assert r.format_name == "dublin_core"
+    assert r.title == title and r.date == date
+
+
+def test_dspace_qdc_reads_its_qualified_elements():
+    r = map_record(parse_xml(_DSPACE_QDC))
+    assert r.titles == ["Sediment cores of the northern fjords", "Fjord cores"]
+    assert r.description == "Cores taken in 2019 and 2020."
+    assert r.creators == ["Lindqvist, Maja"] and r.language == "en"
+    assert r.url == "https://repository.example.org/handle/123/456"
+
+
+def test_a_root_of_mostly_other_elements_is_not_read_as_dublin_core():
+    payload = """<rec xmlns="urn:example:rec" xmlns:dc="http://purl.org/dc/elements/1.1/">
+      <dc:title>only this one</dc:title><name>a</name><place>b</place></rec>"""
+    with pytest.raises(MappingError, match="no mapper for metadata root 'rec'"):
+        map_record(parse_xml(payload))
