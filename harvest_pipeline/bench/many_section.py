@@ -224,7 +224,9 @@ def wall_breakdown(t0: float, runs: list[tuple[float, float | None, float | None
     Dagster's start-up until the sensor's first run, that run's launch, the run's start until each
     source's first request, the servers' busy span (the first request .. the last response, taken
     as the latest request + the delay) and what came after the last response until the last run
-    ended. Times in seconds; None where a part is unknown."""
+    ended. Also each source's own span (its first request .. its last response) and the share of
+    it its server spent answering (requests x delay / span): whether the token loops keep their
+    servers busy, apart from when each source began. Times in seconds; None where a part is unknown."""
     import statistics
 
     created = [c for c, _, _ in runs]
@@ -233,6 +235,9 @@ def wall_breakdown(t0: float, runs: list[tuple[float, float | None, float | None
     firsts = [d["first_request_at"] for d in served if d.get("first_request_at")]
     lasts = [d["last_request_at"] + delay_s for d in served if d.get("last_request_at")]
     first_run_start = min(started) if started else None
+    own = [(d["last_request_at"] + delay_s - d["first_request_at"], int(d.get("requests") or 0))
+           for d in served if d.get("first_request_at") and d.get("last_request_at")]
+    spans = [span for span, _ in own]
     out = {
         "dagster_start_s": (min(created) - t0) if created else None,
         "launch_s": (first_run_start - min(created)) if created and first_run_start else None,
@@ -241,6 +246,9 @@ def wall_breakdown(t0: float, runs: list[tuple[float, float | None, float | None
         "servers_busy_s": (max(lasts) - min(firsts)) if firsts and lasts else None,
         "after_last_response_s": (max(ended) - max(lasts)) if ended and lasts else None,
         "requests_per_source_max": max((int(d.get("requests") or 0) for d in served), default=None),
+        "source_span_median_s": statistics.median(spans) if spans else None,
+        "source_span_max_s": max(spans) if spans else None,
+        "source_busy_share_median": statistics.median(n * delay_s / span for span, n in own if span > 0) if own else None,
     }
     return out
 
@@ -496,7 +504,9 @@ def _print(out: dict, args) -> None:
                   f" source's first request {n1(b['to_first_request_median_s'])} s (median; last source"
                   f" {n1(b['to_first_request_max_s'])} s); the servers busy {n1(b['servers_busy_s'])} s (first request .. last"
                   f" response; one source's requests x delay: {_server_s(b, r)} s); after the last response"
-                  f" {n1(b['after_last_response_s'])} s until the last run ended.")
+                  f" {n1(b['after_last_response_s'])} s until the last run ended. Each source's own first request .. last"
+                  f" response: median {n1(b.get('source_span_median_s'))} s, longest {n1(b.get('source_span_max_s'))} s; its"
+                  f" server answering {_share(b.get('source_busy_share_median'))} of that time (median).")
     for r in lv:
         if r.get("pg_sessions_peak") is not None:
             apps = ", ".join(f"{app} {n}" for app, n in sorted(r["pg_sessions_peak_by_app"].items(), key=lambda kv: -kv[1]))
@@ -504,6 +514,10 @@ def _print(out: dict, args) -> None:
                   f" {r['max_concurrent_runs']}: at most {r['pg_sessions_peak']} sessions on its database at once"
                   f" (sampled every {PG_SAMPLE_S} s; peak per application_name: {apps or 'none'});"
                   f" {r['pg_samples_refused']} samples could not connect.")
+
+
+def _share(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0%}"
 
 
 def _server_s(breakdown: dict, level: dict) -> str:

@@ -53,6 +53,8 @@ def test_many_sources_section_verifies_every_window_and_reports_its_figures(tmp_
         assert b[key] is not None and b[key] >= 0, (key, b)
     assert b["to_first_request_median_s"] <= b["to_first_request_max_s"]
     assert b["dagster_start_s"] + b["launch_s"] + b["servers_busy_s"] < level["wall_s"] + 1
+    assert 0 < b["source_span_median_s"] <= b["source_span_max_s"] <= b["servers_busy_s"] + 0.01
+    assert 0 < b["source_busy_share_median"] <= 1.05
     assert "where the wall time went" in proc.stdout
     names = [t["name"] for t in section["targets"]]
     assert any("shipped settings: >= 80% of server-bound" in n for n in names)
@@ -73,10 +75,15 @@ def test_the_wall_breakdown_splits_a_catch_up_into_its_parts():
     assert b["to_first_request_median_s"] == 2.0 and b["to_first_request_max_s"] == 3.0
     assert b["servers_busy_s"] == 130.0 - 108.5 and b["after_last_response_s"] == 1.0
     assert b["requests_per_source_max"] == 8
+    # Each source's own span, first request .. last response (19.5, 20, 20 s), and the share of it
+    # its server spent answering (14/19.5, 16/20, 14/20).
+    assert b["source_span_median_s"] == 20.0 and b["source_span_max_s"] == 20.0
+    assert b["source_busy_share_median"] == pytest.approx(14 / 19.5)
     # A server that saw nothing and a run not started yet leave those parts unknown, not wrong.
     b = wall_breakdown(100.0, [(105.0, None, None)], [{"requests": 0, "first_request_at": None,
                                                         "last_request_at": None}], 2.0)
     assert b["launch_s"] is None and b["servers_busy_s"] is None and b["after_last_response_s"] is None
+    assert b["source_span_median_s"] is None and b["source_busy_share_median"] is None
 
 
 def test_the_target_line_gives_both_ratios_to_two_decimals():
