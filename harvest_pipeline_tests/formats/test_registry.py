@@ -19,7 +19,7 @@ from harvest_pipeline.formats import (
     register,
     unregister,
 )
-from harvest_pipeline.formats import datacite, iso19139, marcxml, oai_dc
+from harvest_pipeline.formats import datacite, iso19139, marcxml, mods, oai_dc
 
 from .conftest import SAMPLES, load_sample, parse_xml
 
@@ -40,6 +40,7 @@ EXPECTED_FORMAT = {
     "gmi_mi_metadata.xml": "iso19139",
     "marc_book_doi.xml": "marcxml",
     "marc_collection_map.xml": "marcxml",
+    "mods_full.xml": "mods",
 }
 
 
@@ -75,13 +76,14 @@ def test_mapper_for_picks_by_namespace_and_root():
     assert mapper_for(load_sample("oai_datacite_kernel3.xml")) is datacite.map_oai_datacite
     assert mapper_for(load_sample("gmi_mi_metadata.xml")) is iso19139.map_iso19139
     assert mapper_for(load_sample("marc_collection_map.xml")) is marcxml.map_collection
+    assert mapper_for(load_sample("mods_full.xml")) is mods.map_mods
     # accepts an ElementTree too
     assert mapper_for(etree.ElementTree(load_sample("marc_book_doi.xml"))) is marcxml.map_marc
 
 
 def test_known_formats_lists_every_registration():
     names = {f.name for f in known_formats()}
-    assert names == {"oai_dc", "csw_record", "datacite", "oai_datacite", "iso19139", "marcxml"}
+    assert names == {"oai_dc", "csw_record", "datacite", "oai_datacite", "iso19139", "marcxml", "mods"}
     roots = {(f.namespace, f.root_local_name) for f in known_formats()}
     assert ("http://www.openarchives.org/OAI/2.0/oai_dc/", "dc") in roots
     assert ("http://www.opengis.net/cat/csw/2.0.2", "BriefRecord") in roots
@@ -89,16 +91,18 @@ def test_known_formats_lists_every_registration():
     assert ("http://schema.datacite.org/oai/oai-1.0/", "oai_datacite") in roots
     assert ("http://www.isotc211.org/2005/gmd", "MD_Metadata") in roots
     assert ("http://www.loc.gov/MARC21/slim", "record") in roots
+    assert ("http://www.loc.gov/mods/v3", "mods") in roots
 
 
 def test_unknown_root_raises_mapping_error():
-    el = parse_xml('<mods xmlns="http://www.loc.gov/mods/v3"><titleInfo/></mods>')
+    # arXiv's own format: no mapper reads it
+    el = parse_xml('<arXiv xmlns="http://arxiv.org/OAI/arXiv/"><title>t</title></arXiv>')
     with pytest.raises(MappingError) as info:
         map_record(el)
     err = info.value
     assert isinstance(err, HarvestError)
-    assert "mods" in str(err) and "http://www.loc.gov/mods/v3" in str(err)
-    assert err.root == "{http://www.loc.gov/mods/v3}mods" and err.format_name is None
+    assert "arXiv" in str(err) and "http://arxiv.org/OAI/arXiv/" in str(err)
+    assert err.root == "{http://arxiv.org/OAI/arXiv/}arXiv" and err.format_name is None
     with pytest.raises(MappingError):
         mapper_for(el)
 
