@@ -41,6 +41,8 @@ EXPECTED_FORMAT = {
     "marc_book_doi.xml": "marcxml",
     "marc_collection_map.xml": "marcxml",
     "mods_full.xml": "mods",
+    "arxiv_full.xml": "arxiv",
+    "oai_doaj_article.xml": "oai_doaj",
 }
 
 
@@ -83,7 +85,7 @@ def test_mapper_for_picks_by_namespace_and_root():
 
 def test_known_formats_lists_every_registration():
     names = {f.name for f in known_formats()}
-    assert names == {"oai_dc", "csw_record", "datacite", "oai_datacite", "iso19139", "marcxml", "mods"}
+    assert names == {"oai_dc", "csw_record", "datacite", "oai_datacite", "iso19139", "marcxml", "mods", "arxiv", "oai_doaj"}
     roots = {(f.namespace, f.root_local_name) for f in known_formats()}
     assert ("http://www.openarchives.org/OAI/2.0/oai_dc/", "dc") in roots
     assert ("http://www.opengis.net/cat/csw/2.0.2", "BriefRecord") in roots
@@ -95,14 +97,14 @@ def test_known_formats_lists_every_registration():
 
 
 def test_unknown_root_raises_mapping_error():
-    # arXiv's own format: no mapper reads it
-    el = parse_xml('<arXiv xmlns="http://arxiv.org/OAI/arXiv/"><title>t</title></arXiv>')
+    # arXiv's other format (arXivRaw): no mapper reads it
+    el = parse_xml('<arXivRaw xmlns="http://arxiv.org/OAI/arXivRaw/"><title>t</title></arXivRaw>')
     with pytest.raises(MappingError) as info:
         map_record(el)
     err = info.value
     assert isinstance(err, HarvestError)
-    assert "arXiv" in str(err) and "http://arxiv.org/OAI/arXiv/" in str(err)
-    assert err.root == "{http://arxiv.org/OAI/arXiv/}arXiv" and err.format_name is None
+    assert "arXivRaw" in str(err) and "http://arxiv.org/OAI/arXivRaw/" in str(err)
+    assert err.root == "{http://arxiv.org/OAI/arXivRaw/}arXivRaw" and err.format_name is None
     with pytest.raises(MappingError):
         mapper_for(el)
 
