@@ -2,7 +2,8 @@
 
 One pass over the record's children collects the leader, control fields and data fields;
 subfields are then read with C-level `iterchildren`. Field choices:
-  title       245 $a $b $n $p; `titles` adds 246 $a $b, then 240/130 $a
+  title       245 $a $b $n $p; `titles` adds 246 $a $b, then 240/130 $a; a record with none of
+              these names a meeting (INSPIRE's conference records: a 111 only), and takes its 111 $a
   creators    100/110/111 and 700/710/711 $a, document order
   subjects    600/610/611/630/650/651/653 $a, document order
   description first 520 $a
@@ -162,7 +163,7 @@ def map_marc(record) -> NormalizedRecord:
     titles = [_trim(" ".join(_subs(f, sf_tag, "abnp"))) for f in each("245")]
     titles += [_trim(" ".join(_subs(f, sf_tag, "ab"))) for f in each("246")]
     titles += [_trim(_sub(f, sf_tag, "a")) for f in each("240") + each("130")]
-    titles = dedupe(titles)
+    titles = dedupe(titles) or dedupe(_trim(_sub(f, sf_tag, "a")) for f in each("111"))
 
     # Dates
     f008 = control.get("008", "")

@@ -76,6 +76,20 @@ def test_minimal_record_and_fallbacks():
     assert r.identifiers == [] and r.doi is None and r.url is None
 
 
+def test_meeting_record_without_a_title_field_takes_the_meetings_name():
+    # INSPIRE's conference records (set INSPIRE:Conferences): a 111 and no 245
+    meeting = ('<datafield tag="111" ind1=" " ind2=" "><subfield code="a">2000 Worked Examples Conference</subfield>'
+               '<subfield code="c">Reno, Nevada</subfield><subfield code="d">24-28 Jul 2000</subfield></datafield>')
+    r = map_record(parse_xml(f'<record xmlns="{MARC}"><leader>00000coc  2200000uu 4500</leader>{meeting}</record>'))
+    assert r.title == "2000 Worked Examples Conference" and r.titles == [r.title]
+    assert r.creators == ["2000 Worked Examples Conference"]
+    # with a title field, the meeting is a creator only
+    r = map_record(parse_xml(
+        f'<record xmlns="{MARC}">{meeting}<datafield tag="245" ind1="0" ind2="0"><subfield code="a">Proceedings.</subfield>'
+        '</datafield></record>'))
+    assert r.titles == ["Proceedings"]
+
+
 def test_empty_record_maps_to_empty_fields():
     r = map_record(parse_xml(f'<record xmlns="{MARC}"/>'))
     assert r.title is None and r.type is None and r.language is None and r.format_name == "marcxml"
