@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from .identifiers import pick_doi
 from .model import NormalizedRecord
-from .text import clean, dedupe, raw_text, text
+from .text import child_text as _first_text, clean, dedupe, raw_text, text
 
 ARXIV_NS = "http://arxiv.org/OAI/arXiv/"
 _P = f"{{{ARXIV_NS}}}"
@@ -25,14 +25,6 @@ ID, CREATED, UPDATED, AUTHORS, AUTHOR, KEYNAME, FORENAMES, SUFFIX = (_P + n for 
 TITLE, CATEGORIES, MSC_CLASS, ACM_CLASS, ABSTRACT, DOI, REPORT_NO, LICENSE = (_P + n for n in (
     "title", "categories", "msc-class", "acm-class", "abstract", "doi", "report-no", "license"))
 ABS_PAGE = "https://arxiv.org/abs/"
-
-
-def _first_text(el, tag: str) -> str | None:
-    for child in el.iterchildren(tag):
-        value = text(child)
-        if value:
-            return value
-    return None
 
 
 def _author(el) -> str | None:

@@ -25,7 +25,7 @@ from .errors import MappingError
 from .geo import make_bbox
 from .identifiers import pick_doi, pick_url
 from .model import NormalizedRecord
-from .text import block_text, dedupe, text
+from .text import block_text, child_text as _first_text, dedupe, grandchildren as _grand, text
 
 KERNEL_NAMESPACES = (
     "http://datacite.org/schema/kernel-4",
@@ -58,20 +58,6 @@ def _tags_for(tag: str) -> SimpleNamespace:
         if len(_TAGS) < 32:  # bounded: a wrapper's payload may carry any namespace
             _TAGS[ns] = t
     return t
-
-
-def _grand(el, parent_tag: str, child_tag: str):
-    """Elements `parent/child` under `el`, in document order."""
-    for parent in el.iterchildren(parent_tag):
-        yield from parent.iterchildren(child_tag)
-
-
-def _first_text(el, tag: str) -> str | None:
-    for child in el.iterchildren(tag):
-        value = text(child)
-        if value:
-            return value
-    return None
 
 
 def _creator(el, t: SimpleNamespace) -> str | None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from .identifiers import pick_doi, pick_url
 from .model import NormalizedRecord
-from .text import block_text, dedupe, text
+from .text import block_text, dedupe, grandchildren as _grand, text
 
 DOAJ_NS = "http://doaj.org/features/oai_doaj/1.0/"
 _P = f"{{{DOAJ_NS}}}"
@@ -29,11 +29,6 @@ _SEPARATORS = " ;,"
 
 def _texts(el, tag: str) -> list[str | None]:
     return [text(child) for child in el.iterchildren(tag)]
-
-
-def _grand(el, parent_tag: str, child_tag: str):
-    for parent in el.iterchildren(parent_tag):
-        yield from parent.iterchildren(child_tag)
 
 
 def map_doaj_article(article) -> NormalizedRecord:

@@ -23,10 +23,9 @@ from __future__ import annotations
 
 import re
 
-from .errors import MappingError
 from .identifiers import pick_doi, pick_url
 from .model import NormalizedRecord
-from .text import block_text, dedupe, first, text
+from .text import block_text, dedupe, first, only_child, text
 
 MARC_NS = "http://www.loc.gov/MARC21/slim"
 
@@ -233,10 +232,7 @@ def map_marc(record) -> NormalizedRecord:
 def map_collection(collection) -> NormalizedRecord:
     """A `collection` wrapper is accepted only around a single record (one OAI item = one record)."""
     record_tag = collection.tag[: -len("collection")] + "record"
-    records = list(collection.iterchildren(record_tag))
-    if len(records) != 1:
-        raise MappingError(f"MARCXML <collection> holds {len(records)} <record> elements; expected exactly one")
-    return map_marc(records[0])
+    return map_marc(only_child(collection, record_tag, "MARCXML <collection>"))
 
 
 REGISTRATIONS = (

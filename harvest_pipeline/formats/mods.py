@@ -26,10 +26,9 @@ No bounding box: MODS gives coordinates as free text (subject/cartographics/coor
 
 from __future__ import annotations
 
-from .errors import MappingError
 from .identifiers import is_http, pick_doi, pick_url
 from .model import NormalizedRecord
-from .text import block_text, dedupe, text
+from .text import block_text, child_text as _first_text, dedupe, only_child, text
 
 MODS_NS = "http://www.loc.gov/mods/v3"
 _P = f"{{{MODS_NS}}}"
@@ -52,14 +51,6 @@ _DATES = frozenset(_DATE_RANK)
 _SUBJECT_TERMS = frozenset(_P + n for n in ("topic", "geographic", "temporal", "occupation", "genre"))
 # roleTerm values (text or MARC relator code) that make a name a creator.
 _CREATOR_ROLES = frozenset({"creator", "author", "cre", "aut"})
-
-
-def _first_text(el, tag: str) -> str | None:
-    for child in el.iterchildren(tag):
-        value = text(child)
-        if value:
-            return value
-    return None
 
 
 def _title(info) -> str | None:
@@ -184,10 +175,7 @@ def map_mods(mods) -> NormalizedRecord:
 
 def map_mods_collection(collection) -> NormalizedRecord:
     """Map a `modsCollection` that wraps one record (some servers send every record so)."""
-    records = list(collection.iterchildren(MODS))
-    if len(records) != 1:
-        raise MappingError(f"a modsCollection holding {len(records)} mods records: one record was expected")
-    return map_mods(records[0])
+    return map_mods(only_child(collection, MODS, "a modsCollection"))
 
 
 REGISTRATIONS = (

@@ -1,9 +1,12 @@
-"""Small text helpers shared by the mappers: element text, whitespace clean-up, ordered de-duplication."""
+"""Small helpers shared by the mappers: element text, whitespace clean-up, ordered de-duplication,
+and the few child lookups every flat format needs."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+
+from .errors import MappingError
 
 _BLANK_LINES = re.compile(r"\n{3,}")
 
@@ -72,3 +75,28 @@ def first(values: Iterable[str | None]) -> str | None:
         if v:
             return v
     return None
+
+
+def child_text(el, tag: str) -> str | None:
+    """The cleaned text of `el`'s first child tagged `tag` that has any."""
+    for child in el.iterchildren(tag):
+        value = text(child)
+        if value:
+            return value
+    return None
+
+
+def grandchildren(el, parent_tag: str, child_tag: str) -> Iterator:
+    """Elements `parent/child` under `el`, in document order."""
+    for parent in el.iterchildren(parent_tag):
+        yield from parent.iterchildren(child_tag)
+
+
+def only_child(wrapper, tag: str, what: str):
+    """The one child tagged `tag` of a collection wrapper (one OAI item = one record); MappingError
+    naming `what` for none or several."""
+    records = list(wrapper.iterchildren(tag))
+    if len(records) != 1:
+        local = tag.rpartition("}")[2]
+        raise MappingError(f"{what} holds {len(records)} <{local}> elements; expected exactly one")
+    return records[0]

@@ -66,7 +66,7 @@ def test_collection_of_one_record_is_that_record():
 
 
 def test_collection_of_two_records_is_refused():
-    with pytest.raises(MappingError, match="modsCollection holding 2 mods records"):
+    with pytest.raises(MappingError, match="a modsCollection holds 2 <mods> elements"):
         map_record(parse_xml(f"""
             <modsCollection {MODS}>
               <mods><titleInfo><title>One</title></titleInfo></mods>
