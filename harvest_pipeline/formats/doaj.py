@@ -7,9 +7,10 @@ A flat record; which element feeds which field:
   description abstract (its carriage returns read as line breaks)
   date        publicationDate
   language    the first language
-  identifiers the DOI, then the ISSN and eISSN as "issn:…", then the full-text URLs
+  identifiers the DOI, then the full-text URLs
   url         the first full-text URL (DOAJ gives no landing page of its own)
-The journal's title, volume, issue and pages have no column of their own; the raw XML keeps them.
+The journal's ISSN and eISSN are not the article's identifiers (every article of the journal has
+them); they, the journal's title, volume, issue and pages stay in the raw XML.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ DOAJ_NS = "http://doaj.org/features/oai_doaj/1.0/"
 _P = f"{{{DOAJ_NS}}}"
 TITLE, AUTHORS, AUTHOR, NAME, KEYWORDS, KEYWORD, ABSTRACT, PUBLICATION_DATE = (_P + n for n in (
     "title", "authors", "author", "name", "keywords", "keyword", "abstract", "publicationDate"))
-LANGUAGE, DOI, ISSN, EISSN, FULL_TEXT_URL = (_P + n for n in ("language", "doi", "issn", "eissn", "fullTextUrl"))
+LANGUAGE, DOI, FULL_TEXT_URL = (_P + n for n in ("language", "doi", "fullTextUrl"))
 
 _SEPARATORS = " ;,"
 
@@ -36,7 +37,6 @@ def map_doaj_article(article) -> NormalizedRecord:
     titles = dedupe(_texts(article, TITLE))
     dois = dedupe(_texts(article, DOI))
     urls = dedupe(_texts(article, FULL_TEXT_URL))
-    issns = [f"issn:{v}" for v in dedupe(_texts(article, ISSN) + _texts(article, EISSN))]
     dates = dedupe(_texts(article, PUBLICATION_DATE))
     keywords = ((text(el) or "").strip(_SEPARATORS) for el in _grand(article, KEYWORDS, KEYWORD))
     return NormalizedRecord(
@@ -48,7 +48,7 @@ def map_doaj_article(article) -> NormalizedRecord:
         dates=dates,
         date=dates[0] if dates else None,
         language=next(filter(None, _texts(article, LANGUAGE)), None),
-        identifiers=dedupe(dois + issns + urls),
+        identifiers=dedupe(dois + urls),
         doi=pick_doi(dois),
         url=pick_url(urls),
         format_name="oai_doaj",

@@ -40,6 +40,7 @@ def test_doaj_article():
     assert r.subjects == ["tides", "quay walls", "harbours"]  # the journal's stray separators dropped
     assert r.description == "Aim: to measure tides.\nMethods: a ruler."  # carriage returns are line breaks
     assert r.date == "2017-04-01" and r.dates == ["2017-04-01"]
-    assert r.identifiers == ["10.5072/jwe.1311", "issn:2049-3630", "https://journal.example.org/pdf/1311.pdf"]
+    # the journal's ISSN is every article's: not an identifier of this one
+    assert r.identifiers == ["10.5072/jwe.1311", "https://journal.example.org/pdf/1311.pdf"]
     assert r.doi == "10.5072/jwe.1311"
     assert r.url == "https://journal.example.org/pdf/1311.pdf"
