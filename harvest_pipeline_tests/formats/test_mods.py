@@ -72,3 +72,13 @@ def test_collection_of_two_records_is_refused():
               <mods><titleInfo><title>One</title></titleInfo></mods>
               <mods><titleInfo><title>Two</title></titleInfo></mods>
             </modsCollection>"""))
+
+
+def test_comments_and_processing_instructions_are_skipped():
+    r = map_record(parse_xml(f"""
+        <mods {MODS}>
+          <titleInfo><!-- a cataloguer's note --><title>Tides<?pi x?></title></titleInfo>
+          <subject><!-- c --><topic>Harbours</topic><?pi y?></subject>
+          <originInfo><!-- c --><dateIssued>1853</dateIssued></originInfo>
+        </mods>"""))
+    assert (r.title, r.subjects, r.date) == ("Tides", ["Harbours"], "1853")
