@@ -33,11 +33,13 @@ NS_OAI_DC = "http://www.openarchives.org/OAI/2.0/oai_dc/"
 NS_DC = "http://purl.org/dc/elements/1.1/"
 NS_OAI_DATACITE = "http://schema.datacite.org/oai/oai-1.1/"
 NS_DATACITE = "http://datacite.org/schema/kernel-4"
+NS_MODS = "http://www.loc.gov/mods/v3"
 
 # prefix -> (schema, namespace), in the order ListMetadataFormats lists them.
 METADATA_FORMATS: dict[str, tuple[str, str]] = {
     "oai_dc": ("http://www.openarchives.org/OAI/2.0/oai_dc.xsd", NS_OAI_DC),
     "oai_datacite": ("http://schema.datacite.org/oai/oai-1.1/oai.xsd", NS_OAI_DATACITE),
+    "mods": ("http://www.loc.gov/standards/mods/v3/mods-3-7.xsd", NS_MODS),
 }
 
 # (setSpec, setName, description).  physics:optics is a child of physics, so `set=physics`
@@ -734,6 +736,8 @@ class Corpus:
             return render_oai_dc(view)
         if prefix == "oai_datacite":
             return render_oai_datacite(view)
+        if prefix == "mods":
+            return render_mods(view)
         raise KeyError(prefix)
 
 
@@ -838,4 +842,34 @@ def render_oai_datacite(v: RecordView) -> str:
                  f"<southBoundLatitude>{s:.4f}</southBoundLatitude><northBoundLatitude>{n:.4f}</northBoundLatitude>"
                  "</geoLocationBox></geoLocation></geoLocations>")
     p.append("</resource></payload></oai_datacite>")
+    return "".join(p)
+
+
+_MODS_OPEN = (f'<mods xmlns="{NS_MODS}" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance" version="3.7" '
+              f'xsi:schemaLocation="{NS_MODS} http://www.loc.gov/standards/mods/v3/mods-3-7.xsd">')
+
+
+def render_mods(v: RecordView) -> str:
+    """The record as MODS 3.7, the way library repositories send it: the collection it belongs to
+    as a host `relatedItem` before the record's own title and names."""
+    c = _Content(v)
+    p = [_MODS_OPEN, f'<relatedItem type="host"><titleInfo><title>{_PUBLISHER} collection</title></titleInfo>'
+                     f"<name><namePart>{_PUBLISHER}</namePart></name></relatedItem>",
+         f"<titleInfo><title>{c.title}</title></titleInfo>"]
+    for _, given, family, orcid in c.creators:
+        p.append(f'<name type="personal"><namePart type="family">{family}</namePart><namePart type="given">{given}'
+                 f'</namePart><nameIdentifier type="orcid">{orcid}</nameIdentifier>'
+                 '<role><roleTerm type="code" authority="marcrelator">aut</roleTerm></role></name>')
+    p.append("<typeOfResource>text</typeOfResource>" if c.rtype == "Text"
+             else '<genre authority="datacite">Dataset</genre>')
+    p.append(f'<originInfo><publisher>{_PUBLISHER}</publisher>'
+             f'<dateCreated encoding="w3cdtf" keyDate="yes">{format_ts(v.created, True)}</dateCreated>')
+    if v.version > 1:
+        p.append(f'<dateModified encoding="w3cdtf">{format_ts(v.datestamp, True)}</dateModified>')
+    p.append(f'</originInfo><language><languageTerm type="code" authority="rfc5646">{c.lang}</languageTerm></language>'
+             f"<abstract>{c.description}</abstract>")
+    p.extend(f"<subject><topic>{s}</topic></subject>" for s in c.subjects)
+    p.append(f'<identifier type="doi">{c.doi}</identifier>'
+             f'<location><url usage="primary display" access="object in context">{c.landing}</url></location>'
+             f'<accessCondition type="use and reproduction">{c.rights[0]}</accessCondition></mods>')
     return "".join(p)

@@ -112,10 +112,10 @@ def test_identify(provider):
 def test_metadata_formats_and_sets(provider):
     root = parse(provider.oai(verb="ListMetadataFormats"))
     prefixes = [e.text for e in root.iterfind(".//o:metadataPrefix", NS)]
-    assert prefixes == ["oai_dc", "oai_datacite"]
+    assert prefixes == ["oai_dc", "oai_datacite", "mods"]
     hs, _, _ = walk(provider)
     root = parse(provider.oai(verb="ListMetadataFormats", identifier=hs[0].findtext("o:identifier", namespaces=NS)))
-    assert len(root.findall(".//o:metadataFormat", NS)) == 2
+    assert len(root.findall(".//o:metadataFormat", NS)) == 3
     root = parse(provider.oai(verb="ListSets"))
     specs = [e.text for e in root.iterfind(".//o:setSpec", NS)]
     assert {"physics", "physics:optics", "history", "biology"} <= set(specs)

@@ -155,3 +155,20 @@ def test_a_merge_that_runs_out_of_memory_at_the_lower_write_limit_is_merged_agai
         row_warnings = con.execute("SELECT warnings FROM harvest_windows").fetchone()[0]
     assert stored == history == expected["total"]  # the rolled-back attempt left nothing behind
     assert merged_twice[0] in row_warnings  # the window's ledger row (and so the UI) says it too
+
+
+def test_a_mods_source_lands_the_same_records_as_oai_dc(shared_demo, tmp_path):
+    # The same window listed as MODS and as oai_dc, each into a catalogue of its own.
+    window = day_window(3)
+    columns = "identifier, deleted, title, creators, subjects, description, language, doi, url"
+    tables = {}
+    for prefix in ("mods", "oai_dc"):
+        db = tmp_path / prefix / "harvest.duckdb"
+        report = harvest_window(demo_source(shared_demo, metadata_prefix=prefix), window, db_path=db)
+        assert report.status == ledger.VERIFIED and report.counts.quarantined == 0
+        with connect(db) as con:
+            tables[prefix] = con.execute(f"SELECT {columns} FROM records ORDER BY identifier").fetchall()
+            formats = con.execute("SELECT DISTINCT format_name FROM records WHERE NOT deleted").fetchall()
+        assert formats == [(prefix,)]
+    assert tables["mods"] == tables["oai_dc"]
+    assert sum(1 for row in tables["mods"] if not row[1] and row[2]) == sum(1 for row in tables["mods"] if not row[1]) > 0
