@@ -39,6 +39,7 @@ def test_harvest_all_windows_then_status_matches_the_provider(cli_env, tmp_path,
     assert done.returncode == 0, done.stdout + done.stderr
     assert "verified" in done.stdout and "FAILED" not in done.stdout
     assert f"watermark {today().replace(tzinfo=None)}" in done.stdout
+    assert "BetaWarning" not in done.stderr  # Dagster's `owners` warning is noise to a CLI user
 
     status = run_cli("status", "--json", env=cli_env, cwd=tmp_path)
     assert status.returncode == 0, status.stderr
