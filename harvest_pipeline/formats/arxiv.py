@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from .identifiers import pick_doi
 from .model import NormalizedRecord
-from .text import child_text as _first_text, clean, dedupe, raw_text, text
+from .text import child_text, clean, dedupe, raw_text, text
 
 ARXIV_NS = "http://arxiv.org/OAI/arXiv/"
 _P = f"{{{ARXIV_NS}}}"
@@ -28,7 +28,7 @@ ABS_PAGE = "https://arxiv.org/abs/"
 
 
 def _author(el) -> str | None:
-    keyname, forenames, suffix = _first_text(el, KEYNAME), _first_text(el, FORENAMES), _first_text(el, SUFFIX)
+    keyname, forenames, suffix = child_text(el, KEYNAME), child_text(el, FORENAMES), child_text(el, SUFFIX)
     if not keyname:
         return forenames
     name = f"{keyname}, {forenames}" if forenames else keyname
@@ -49,9 +49,9 @@ def _abstract(el) -> str | None:
 
 def map_arxiv(record) -> NormalizedRecord:
     """Map one `arXiv` element."""
-    arxiv_id = _first_text(record, ID)
-    created, updated = _first_text(record, CREATED), _first_text(record, UPDATED)
-    title = _first_text(record, TITLE)
+    arxiv_id = child_text(record, ID)
+    created, updated = child_text(record, CREATED), child_text(record, UPDATED)
+    title = child_text(record, TITLE)
     dois = [doi for el in record.iterchildren(DOI) for doi in (text(el) or "").split()]
     reports = [text(el) for el in record.iterchildren(REPORT_NO)]
     categories = [c for el in record.iterchildren(CATEGORIES) for c in (text(el) or "").split()]

@@ -25,7 +25,7 @@ from .errors import MappingError
 from .geo import make_bbox
 from .identifiers import pick_doi, pick_url
 from .model import NormalizedRecord
-from .text import block_text, child_text as _first_text, dedupe, grandchildren as _grand, text
+from .text import block_text, child_text, dedupe, grandchildren, text
 
 KERNEL_NAMESPACES = (
     "http://datacite.org/schema/kernel-4",
@@ -61,10 +61,10 @@ def _tags_for(tag: str) -> SimpleNamespace:
 
 
 def _creator(el, t: SimpleNamespace) -> str | None:
-    name = _first_text(el, t.creatorName)
+    name = child_text(el, t.creatorName)
     if name:
         return name
-    family, given = _first_text(el, t.familyName), _first_text(el, t.givenName)
+    family, given = child_text(el, t.familyName), child_text(el, t.givenName)
     if family and given:
         return f"{family}, {given}"
     return family or given
@@ -72,14 +72,14 @@ def _creator(el, t: SimpleNamespace) -> str | None:
 
 def _geo_bbox(resource, t: SimpleNamespace):
     point = None
-    for loc in _grand(resource, t.geoLocations, t.geoLocation):
+    for loc in grandchildren(resource, t.geoLocations, t.geoLocation):
         for box in loc.iterchildren(t.geoLocationBox):
             if len(box):  # kernel-4: bound elements
                 bbox = make_bbox(
-                    _first_text(box, t.westBoundLongitude),
-                    _first_text(box, t.southBoundLatitude),
-                    _first_text(box, t.eastBoundLongitude),
-                    _first_text(box, t.northBoundLatitude),
+                    child_text(box, t.westBoundLongitude),
+                    child_text(box, t.southBoundLatitude),
+                    child_text(box, t.eastBoundLongitude),
+                    child_text(box, t.northBoundLatitude),
                 )
             else:  # kernel-2/3: "south west north east" (two lat lon corners)
                 parts = (box.text or "").split()
@@ -89,7 +89,7 @@ def _geo_bbox(resource, t: SimpleNamespace):
         if point is None:
             for pt in loc.iterchildren(t.geoLocationPoint):
                 if len(pt):
-                    lon, lat = _first_text(pt, t.pointLongitude), _first_text(pt, t.pointLatitude)
+                    lon, lat = child_text(pt, t.pointLongitude), child_text(pt, t.pointLatitude)
                 else:  # kernel-2/3: "lat lon"
                     parts = (pt.text or "").split()
                     lat, lon = (parts[0], parts[1]) if len(parts) == 2 else (None, None)
@@ -104,27 +104,27 @@ def map_resource(resource) -> NormalizedRecord:
     t = _tags_for(resource.tag)
 
     main_ids = [text(el) for el in resource.iterchildren(t.identifier)]
-    alt_ids = [text(el) for el in _grand(resource, t.alternateIdentifiers, t.alternateIdentifier)]
+    alt_ids = [text(el) for el in grandchildren(resource, t.alternateIdentifiers, t.alternateIdentifier)]
     identifiers = dedupe(main_ids + alt_ids)
 
     main_titles, other_titles = [], []
-    for el in _grand(resource, t.titles, t.title):
+    for el in grandchildren(resource, t.titles, t.title):
         (other_titles if el.get("titleType") else main_titles).append(text(el))
     titles = dedupe(main_titles + other_titles)
 
     abstracts, descriptions = [], []
-    for el in _grand(resource, t.descriptions, t.description):
+    for el in grandchildren(resource, t.descriptions, t.description):
         (abstracts if el.get("descriptionType") == "Abstract" else descriptions).append(block_text(el))
     description = next(filter(None, abstracts + descriptions), None)
 
     issued, dates = None, []
-    for el in _grand(resource, t.dates, t.date):
+    for el in grandchildren(resource, t.dates, t.date):
         value = text(el)
         if value:
             dates.append(value)
             if issued is None and el.get("dateType") == "Issued":
                 issued = value
-    year = _first_text(resource, t.publicationYear)
+    year = child_text(resource, t.publicationYear)
     if year:
         dates.append(year)
     dates = dedupe(dates)
@@ -135,20 +135,20 @@ def map_resource(resource) -> NormalizedRecord:
         break
 
     rights = []
-    for el in _grand(resource, t.rightsList, t.rights):
+    for el in grandchildren(resource, t.rightsList, t.rights):
         rights.append(text(el))
         rights.append((el.get("rightsURI") or "").strip())
 
     return NormalizedRecord(
         title=titles[0] if titles else None,
         titles=titles,
-        creators=dedupe(_creator(el, t) for el in _grand(resource, t.creators, t.creator)),
-        subjects=dedupe(text(el) for el in _grand(resource, t.subjects, t.subject)),
+        creators=dedupe(_creator(el, t) for el in grandchildren(resource, t.creators, t.creator)),
+        subjects=dedupe(text(el) for el in grandchildren(resource, t.subjects, t.subject)),
         description=description,
         dates=dates,
         date=issued or year or (dates[0] if dates else None),
         type=rtype,
-        language=_first_text(resource, t.language),
+        language=child_text(resource, t.language),
         identifiers=identifiers,
         doi=pick_doi(filter(None, main_ids), identifiers),
         url=pick_url(identifiers),

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from .identifiers import pick_doi, pick_url
 from .model import NormalizedRecord
-from .text import block_text, dedupe, grandchildren as _grand, text
+from .text import block_text, dedupe, grandchildren, text
 
 DOAJ_NS = "http://doaj.org/features/oai_doaj/1.0/"
 _P = f"{{{DOAJ_NS}}}"
@@ -38,11 +38,12 @@ def map_doaj_article(article) -> NormalizedRecord:
     dois = dedupe(_texts(article, DOI))
     urls = dedupe(_texts(article, FULL_TEXT_URL))
     dates = dedupe(_texts(article, PUBLICATION_DATE))
-    keywords = ((text(el) or "").strip(_SEPARATORS) for el in _grand(article, KEYWORDS, KEYWORD))
+    keywords = ((text(el) or "").strip(_SEPARATORS) for el in grandchildren(article, KEYWORDS, KEYWORD))
     return NormalizedRecord(
         title=titles[0] if titles else None,
         titles=titles,
-        creators=dedupe(text(name) for author in _grand(article, AUTHORS, AUTHOR) for name in author.iterchildren(NAME)),
+        creators=dedupe(text(name) for author in grandchildren(article, AUTHORS, AUTHOR)
+                        for name in author.iterchildren(NAME)),
         subjects=dedupe(keywords),
         description=next(filter(None, (block_text(el) for el in article.iterchildren(ABSTRACT))), None),
         dates=dates,

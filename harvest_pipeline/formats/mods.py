@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from .identifiers import is_http, pick_doi, pick_url
 from .model import NormalizedRecord
-from .text import block_text, child_text as _first_text, dedupe, only_child, text
+from .text import block_text, child_text, dedupe, only_child, text
 
 MODS_NS = "http://www.loc.gov/mods/v3"
 _P = f"{{{MODS_NS}}}"
@@ -55,14 +55,14 @@ _CREATOR_ROLES = frozenset({"creator", "author", "cre", "aut"})
 
 def _title(info) -> str | None:
     """One titleInfo as a display title: "The Title: subtitle. Part 2. Part name"."""
-    main = _first_text(info, TITLE)
+    main = child_text(info, TITLE)
     if not main:
         return None
-    non_sort = _first_text(info, NON_SORT)
+    non_sort = child_text(info, NON_SORT)
     if non_sort:
         # nonSort keeps its own trailing space in MODS ("The "); an apostrophe-ending one ("L'") none.
         main = non_sort + ("" if non_sort.endswith(("'", "’")) else " ") + main
-    sub = _first_text(info, SUB_TITLE)
+    sub = child_text(info, SUB_TITLE)
     if sub:
         main = f"{main}: {sub}"
     for part in info.iterchildren(PART_NUMBER, PART_NAME):
@@ -73,7 +73,7 @@ def _title(info) -> str | None:
 
 
 def _name(el) -> str | None:
-    display = _first_text(el, DISPLAY_FORM)
+    display = child_text(el, DISPLAY_FORM)
     if display:
         return display
     typed: dict[str, str] = {}
@@ -163,7 +163,7 @@ def map_mods(mods) -> NormalizedRecord:
         or next(filter(None, (block_text(el) for el in mods.iterchildren(NOTE) if not el.get("type"))), None),
         dates=dedupe(dates),
         date=date,
-        type=_first_text(mods, TYPE_OF_RESOURCE) or _first_text(mods, GENRE),
+        type=child_text(mods, TYPE_OF_RESOURCE) or child_text(mods, GENRE),
         language=language,
         identifiers=identifiers,
         doi=pick_doi((v for kind, v in ids_by_type if v and kind.lower() == "doi"), identifiers),
