@@ -26,7 +26,7 @@ No bounding box: MODS gives coordinates as free text (subject/cartographics/coor
 
 from __future__ import annotations
 
-from .identifiers import is_http, pick_doi, pick_url
+from .identifiers import pick_doi, pick_url
 from .model import NormalizedRecord
 from .text import block_text, child_text, dedupe, only_child, text
 
@@ -167,7 +167,7 @@ def map_mods(mods) -> NormalizedRecord:
         language=language,
         identifiers=identifiers,
         doi=pick_doi((v for kind, v in ids_by_type if v and kind.lower() == "doi"), identifiers),
-        url=pick_url(preferred, (v for v in identifiers if is_http(v))),
+        url=pick_url(preferred, identifiers),
         rights=dedupe(text(el) for el in mods.iterchildren(ACCESS_CONDITION)),
         format_name="mods",
     )
