@@ -22,7 +22,10 @@ from types import SimpleNamespace
 
 from lxml import etree
 
-from harvest_pipeline.dates import GRANULARITY_DAY, normalize_granularity, parse_basic_datestamp, parse_datestamp
+from harvest_pipeline.dates import (
+    GRANULARITY_DAY, GRANULARITY_SECONDS, format_datestamp, normalize_granularity, parse_basic_datestamp,
+    parse_datestamp,
+)
 from harvest_pipeline.errors import (
     BadResumptionToken,
     IdDoesNotExist,
@@ -284,7 +287,7 @@ def _nonconforming_utc(identifier: str, datestamp: str, warnings: list[str]):
         warnings.append(f"record {identifier}: unparseable datestamp {datestamp!r}")
         return None
     warnings.append(f"record {identifier}: datestamp {datestamp!r} is not in OAI-PMH's form (YYYY-MM-DD"
-                    f"[Thh:mm:ssZ]); read as {utc.strftime('%Y-%m-%dT%H:%M:%SZ')}")
+                    f"[Thh:mm:ssZ]); read as {format_datestamp(utc, GRANULARITY_SECONDS)}")
     return utc
 
 
