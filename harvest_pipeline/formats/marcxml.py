@@ -14,6 +14,8 @@ subfields are then read with C-level `iterchildren`. Field choices:
               (related-resource links, 2nd indicator 2, last); `doi` from 024 with $2 doi first
   type        leader/06 as its MARC 21 name ("Language material", "Cartographic material"...)
   rights      506 $a, 540 $a and 540 $u
+  bbox        the first 034 whose $d $e $f $g (west, east, north, south) all read, else the
+              first 255 $c statement of coordinates that reads (coordinates.py: the notations)
 ISBD punctuation that MARC puts at the end of subfields (" /", " :", ",", final ".") is trimmed
 from titles, names, subjects and dates. Parts outside the record's namespace (a prefixed
 `<marc:record>` with unprefixed children) are matched by local name when that is unambiguous.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import re
 
+from .coordinates import bbox_from_coded, bbox_from_statement
 from .identifiers import pick_doi, pick_url
 from .model import NormalizedRecord
 from .text import block_text, dedupe, first, only_child, text
@@ -224,9 +227,16 @@ def map_marc(record) -> NormalizedRecord:
         doi=doi_024 or pick_doi(identifiers),
         url=pick_url(identifiers),
         rights=dedupe(v for t, f in fields if t in _RIGHTS_TAGS for v in _subs(f, sf_tag, "au")),
-        bbox=None,  # 034 coordinates are rare in OAI MARC and use several notations: not mapped
+        bbox=_bbox(each("034"), each("255"), sf_tag),
         format_name="marcxml",
     )
+
+
+def _bbox(coded_fields: list, statement_fields: list, sf_tag: str):
+    """The first 034 that reads, else the first 255 $c that does (the coded form is exact)."""
+    boxes = (bbox_from_coded(*(_sub(f, sf_tag, code) for code in "defg")) for f in coded_fields)
+    statements = (bbox_from_statement(_sub(f, sf_tag, "c")) for f in statement_fields)
+    return next(filter(None, boxes), None) or next(filter(None, statements), None)
 
 
 def map_collection(collection) -> NormalizedRecord:

@@ -21,14 +21,16 @@ item, not this one. Field choices follow the Library of Congress MODS -> Dublin 
               first); `url` prefers a url marked usage="primary display" or access="object in
               context", never a preview (thumbnail)
   rights      each accessCondition
-No bounding box: MODS gives coordinates as free text (subject/cartographics/coordinates).
+  bbox        the first subject/cartographics/coordinates that reads as a statement of
+              coordinates or as MARC 034's coded values (coordinates.py: the notations)
 """
 
 from __future__ import annotations
 
+from .coordinates import bbox_from_statement
 from .identifiers import pick_doi, pick_url
 from .model import NormalizedRecord
-from .text import block_text, child_text, dedupe, only_child, text
+from .text import block_text, child_text, dedupe, grandchildren, only_child, text
 
 MODS_NS = "http://www.loc.gov/mods/v3"
 _P = f"{{{MODS_NS}}}"
@@ -42,6 +44,7 @@ ACCESS_CONDITION, CLASSIFICATION, NAME_PART, DISPLAY_FORM, ROLE, ROLE_TERM = (_P
     "accessCondition", "classification", "namePart", "displayForm", "role", "roleTerm"))
 NON_SORT, TITLE, SUB_TITLE, PART_NUMBER, PART_NAME, MODS = (_P + n for n in (
     "nonSort", "title", "subTitle", "partNumber", "partName", "mods"))
+CARTOGRAPHICS, COORDINATES = _P + "cartographics", _P + "coordinates"
 
 # originInfo's dates, in the order the main date is chosen from when none is keyDate="yes".
 _DATE_RANK = tuple(_P + n for n in (
@@ -119,7 +122,8 @@ def map_mods(mods) -> NormalizedRecord:
     for el in mods.iterchildren(NAME):
         (creators if _is_creator(el) else others).append(_name(el))
 
-    subjects = [term for subject in mods.iterchildren(SUBJECT) for term in _subject_terms(subject)]
+    subject_elements = list(mods.iterchildren(SUBJECT))
+    subjects = [term for subject in subject_elements for term in _subject_terms(subject)]
     subjects += [text(el) for el in mods.iterchildren(CLASSIFICATION)]
 
     dates, key_date, ranked = [], None, {}
@@ -169,6 +173,8 @@ def map_mods(mods) -> NormalizedRecord:
         doi=pick_doi((v for kind, v in ids_by_type if v and kind.lower() == "doi"), identifiers),
         url=pick_url(preferred, identifiers),
         rights=dedupe(text(el) for el in mods.iterchildren(ACCESS_CONDITION)),
+        bbox=next(filter(None, (bbox_from_statement(text(c)) for s in subject_elements
+                                for c in grandchildren(s, CARTOGRAPHICS, COORDINATES))), None),
         format_name="mods",
     )
 

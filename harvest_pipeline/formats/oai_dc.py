@@ -8,7 +8,8 @@ with a tag -> slot table maps them. Which element feeds which field:
               dates; `dates` lists them all in document order
   rights      dc:rights, dct:rights, dct:accessRights, dct:license
   url         first http(s) dc:identifier, else dct:references / dc:URI links
-  bbox        first usable ows:BoundingBox / ows:WGS84BoundingBox (axis order: see geo.py)
+  bbox        first usable ows:BoundingBox / ows:WGS84BoundingBox (axis order: see geo.py),
+              else the first dc:coverage / dcterms:spatial holding a DCMI Box or DCMI Point
 Children without a namespace are read as Dublin Core too: some servers drop the dc namespace.
 Any other root whose element children are mostly dc: and dcterms: elements (Dublin Core
 application profiles: DSpace's `qdc`, NSDL's `nsdl_dc`) is read the same way, as `dublin_core`.
@@ -16,6 +17,7 @@ application profiles: DSpace's `qdc`, NSDL's `nsdl_dc`) is read the same way, as
 
 from __future__ import annotations
 
+from .coordinates import bbox_from_dcmi
 from .geo import LON_LAT, axis_order, bbox_from_corners
 from .identifiers import pick_doi, pick_url
 from .model import NormalizedRecord
@@ -44,6 +46,7 @@ _DC_ELEMENTS = {
     "identifier": "identifier",
     "rights": "rights",
     "URI": "link",  # GeoNetwork CSW output carries links as dc:URI
+    "coverage": "coverage",
 }
 _DCT_ELEMENTS = {
     **_DC_ELEMENTS,
@@ -60,6 +63,7 @@ _DCT_ELEMENTS = {
     "accessRights": "rights",
     "license": "rights",
     "references": "link",
+    "spatial": "coverage",
 }
 
 # Clark tag -> slot, built once: dispatch is a dict lookup per child.
@@ -143,6 +147,8 @@ def map_dc(element) -> NormalizedRecord:
             main_date = values[0]
             break
     kind, language = get("type"), get("language")
+    if bbox is None and "coverage" in slots:
+        bbox = next(filter(None, map(bbox_from_dcmi, slots["coverage"])), None)
     return NormalizedRecord(
         title=titles[0] if titles else None,
         titles=titles,

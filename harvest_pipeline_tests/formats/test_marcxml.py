@@ -47,6 +47,36 @@ def test_collection_wrapper_prefixed_map():
     assert r.doi == "10.5072/yellowstone-1898"  # from the 856 resolver link
     assert r.url is None
     assert r.identifiers == ["hdl:1234/5678", "http://dx.doi.org/10.5072/YELLOWSTONE-1898"]
+    # 034's coded W1111000 .. N0440800 (west, east, north, south), in degrees and minutes
+    assert r.bbox == pytest.approx((-111 - 10 / 60, 44 + 8 / 60, -109 - 50 / 60, 45 + 7 / 60))
+
+
+def _map_record_with(*fields: str):
+    return map_record(parse_xml(f'<record xmlns="{MARC}"><leader>00000cem a2200000 a 4500</leader>'
+                                f'<datafield tag="245" ind1="0" ind2="0"><subfield code="a">A map</subfield></datafield>'
+                                f'{"".join(fields)}</record>'))
+
+
+def _field(tag: str, **subfields: str) -> str:
+    subs = "".join(f'<subfield code="{code}">{value}</subfield>' for code, value in subfields.items())
+    return f'<datafield tag="{tag}" ind1="1" ind2=" ">{subs}</datafield>'
+
+
+def test_a_map_without_coded_coordinates_takes_its_statement_of_coordinates():
+    # 034 with a scale only, then the 255 statement (a point here, the map of one city)
+    r = _map_record_with(_field("034", a="a", b="24000"), _field("255", a="Scale 1:24,000", c="(E 2°20ʹ30ʺ/N 48°51ʹ)"))
+    assert r.bbox == pytest.approx((2 + 20 / 60 + 30 / 3600, 48.85, 2 + 20 / 60 + 30 / 3600, 48.85))
+    # decimal degrees with hemispheres, and a box across the antimeridian (west > east)
+    r = _map_record_with(_field("034", d="E170.5", e="W170.25", f="N10", g="S10.5"))
+    assert r.bbox == (170.5, -10.5, -170.25, 10.0)
+
+
+def test_unreadable_coordinates_give_no_box_rather_than_a_guess():
+    assert _map_record_with(_field("034", d="W1111000", e="W1095000", f="N0450700")).bbox is None  # no $g
+    assert _map_record_with(_field("034", d="N1111000", e="W1095000", f="N0450700", g="N0440800")).bbox is None
+    # a celestial chart's right ascension and declination
+    assert _map_record_with(_field("255", c="(R.A. 16 hr. to 19 hr./Decl. -16° to -49°)")).bbox is None
+    assert _map_record_with(_field("255", c="(W 200°--W 190°/N 42°--N 32°)")).bbox is None  # out of range
 
 
 def test_collection_must_hold_exactly_one_record():

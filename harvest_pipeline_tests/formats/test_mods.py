@@ -35,7 +35,8 @@ def test_full_record_reads_its_own_elements_not_the_host_collections():
     assert r.doi == "10.5072/hso.17"
     assert r.url == "https://collections.example.org/hso/17"  # the object in context, not the DOI resolver
     assert r.rights == ["Public domain", "Open"]
-    assert r.bbox is None
+    # subject/cartographics/coordinates, a statement west--east/north--south
+    assert r.bbox == pytest.approx((-3 - 12 / 60, 55 + 58 / 60, -3 - 10.5 / 60, 55 + 59 / 60))
 
 
 def test_sparse_record_falls_back_in_order():

@@ -132,3 +132,26 @@ def test_a_root_of_mostly_other_elements_is_not_read_as_dublin_core():
       <dc:title>only this one</dc:title><name>a</name><place>b</place></rec>"""
     with pytest.raises(MappingError, match="no mapper for metadata root 'rec'"):
         map_record(parse_xml(payload))
+
+
+_OAI_DC = ('<oai_dc:dc xmlns:oai_dc="http://www.openarchives.org/OAI/2.0/oai_dc/" '
+           'xmlns:dc="http://purl.org/dc/elements/1.1/" xmlns:dcterms="http://purl.org/dc/terms/">{}</oai_dc:dc>')
+
+
+@pytest.mark.parametrize(("coverage", "bbox"), [
+    # a place name first, then the DCMI Box (signed decimal degrees, any order of its parts)
+    ("<dc:coverage>Sydney Harbour</dc:coverage><dc:coverage>northlimit=-33.7; southlimit=-34.5; "
+     "westlimit=150.7; eastlimit=151.3; units=signed decimal degrees; projection=WGS84</dc:coverage>",
+     (150.7, -34.5, 151.3, -33.7)),
+    # DCMI Point in dcterms:spatial: a point's box
+    ("<dcterms:spatial>east=148.26218; north=-36.45746; name=Perisher Valley</dcterms:spatial>",
+     (148.26218, -36.45746, 148.26218, -36.45746)),
+    # a box in metres (a projection's coordinates) is not degrees: no box
+    ("<dc:coverage>northlimit=6000000; southlimit=5900000; westlimit=300000; eastlimit=400000; "
+     "units=m; projection=UTM zone 55</dc:coverage>", None),
+    ("<dc:coverage>1921-1922</dc:coverage>", None),
+])
+def test_a_dcmi_box_or_point_in_coverage_is_the_records_box(coverage, bbox):
+    r = map_record(parse_xml(_OAI_DC.format(f"<dc:title>Survey</dc:title>{coverage}")))
+    assert r.bbox == bbox
+    assert r.subjects == []  # coverage is not a subject
