@@ -17,7 +17,7 @@ from .model import ROW_KEYS, NormalizedRecord
 from .registry import RegisteredFormat, known_formats, map_record, mapper_for, register, register_module, unregister
 
 # The one registration line per mapper module.
-MAPPER_MODULES = ("oai_dc", "datacite", "iso19139", "marcxml", "mods", "arxiv", "doaj")
+MAPPER_MODULES = ("oai_dc", "datacite", "iso19139", "marcxml", "mods", "arxiv", "doaj", "pos")
 
 for _name in MAPPER_MODULES:
     register_module(import_module(f"{__name__}.{_name}"))

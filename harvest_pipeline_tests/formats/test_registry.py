@@ -43,6 +43,7 @@ EXPECTED_FORMAT = {
     "mods_full.xml": "mods",
     "arxiv_full.xml": "arxiv",
     "oai_doaj_article.xml": "oai_doaj",
+    "pos_ext_dc.xml": "pos_ext_dc",
 }
 
 
@@ -85,7 +86,7 @@ def test_mapper_for_picks_by_namespace_and_root():
 
 def test_known_formats_lists_every_registration():
     names = {f.name for f in known_formats()}
-    assert names == {"oai_dc", "csw_record", "datacite", "oai_datacite", "iso19139", "marcxml", "mods", "arxiv", "oai_doaj"}
+    assert names == {"oai_dc", "csw_record", "datacite", "oai_datacite", "iso19139", "marcxml", "mods", "arxiv", "oai_doaj", "pos_ext_dc"}
     roots = {(f.namespace, f.root_local_name) for f in known_formats()}
     assert ("http://www.openarchives.org/OAI/2.0/oai_dc/", "dc") in roots
     assert ("http://www.opengis.net/cat/csw/2.0.2", "BriefRecord") in roots
