@@ -119,3 +119,36 @@ def test_status_and_show_speak_partition_keys_utc_and_plain_english(cli_env, tmp
     assert "History (1 version received, oldest first)" in shown.stdout, shown.stdout + shown.stderr
     doc = json.loads(run_cli("show", "demo", once, "--json", env=cli_env, cwd=tmp_path).stdout)
     assert doc["record"]["datestamp"].endswith("Z") and doc["history"][0]["received_at"].endswith("Z")
+
+
+def test_remap_rewrites_records_stored_with_other_mapped_values_and_then_nothing(cli_env, tmp_path, demo):
+    start = day_window(3).key
+    assert run_cli("harvest", "demo", "--from", start, env=cli_env, cwd=tmp_path).returncode == 0
+    import duckdb
+
+    db = cli_env["HARVEST_DUCKDB_PATH"]
+    # A catalogue written by an earlier version of the mappers: some records lack subjects, one
+    # was not mapped at all.
+    with duckdb.connect(db) as con:
+        live = con.execute("SELECT count(*) FROM records WHERE NOT deleted").fetchone()[0]
+        [(unmapped,)] = con.execute("SELECT min(identifier) FROM records WHERE NOT deleted").fetchall()
+        con.execute("UPDATE records SET subjects = [] WHERE NOT deleted AND identifier_key % 3 = 0")
+        con.execute("UPDATE records SET title = NULL, subjects = NULL, format_name = NULL, "
+                    "mapping_error = 'MappingError: no mapper' WHERE identifier = ?", [unmapped])
+        differing = con.execute("SELECT count(*) FROM records WHERE NOT deleted "
+                                "AND (identifier_key % 3 = 0 OR identifier = ?)", [unmapped]).fetchone()[0]
+
+    dry = run_cli("remap", "demo", "--dry-run", env=cli_env, cwd=tmp_path)
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert f"{live} live records mapped again" in dry.stdout
+    assert f"{differing} map differently now, {differing} would be rewritten" in dry.stdout
+    assert "(unmapped) -> oai_dc: 1" in dry.stdout and "1 record(s) no mapper read before are mapped now" in dry.stdout
+
+    done = run_cli("remap", "demo", env=cli_env, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{differing} map differently now, {differing} rewritten" in done.stdout
+    shown = run_cli("show", "demo", unmapped, env=cli_env, cwd=tmp_path)
+    assert "restored" in shown.stdout and "format_name" in shown.stdout and "oai_dc" in shown.stdout
+
+    again = run_cli("remap", "demo", env=cli_env, cwd=tmp_path)
+    assert f"{live} live records mapped again" in again.stdout and "0 map differently now" in again.stdout

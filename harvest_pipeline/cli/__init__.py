@@ -13,7 +13,7 @@ from importlib import import_module
 
 from harvest_pipeline.errors import ConfigError, HarvestError
 
-COMMANDS = ("harvest", "status", "probe", "dev", "show", "sources", "facts")
+COMMANDS = ("harvest", "remap", "status", "probe", "dev", "show", "sources", "facts")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -4,7 +4,7 @@ Per source: the window asset `harvest/<id>` (partitioned by window, with its che
 reconciliation asset `reconcile/<id>` and the drift audit `drift/<id>` (each one spec of a
 multi-asset over all sources), and the schedule `reconcile_<id>_schedule`. Across sources: the
 batch job `harvest_windows` launched by the one sensor `harvest_watermarks`; the jobs
-`harvest_records`, `harvest_full`, `reconcile`, `drift` (schedule `drift_schedule`); the `catalog`
+`harvest_records`, `harvest_full`, `remap_records`, `reconcile`, `drift` (schedule `drift_schedule`); the `catalog`
 asset (job `catalog_refresh_job`, sensor `catalog_refresh`); `server_facts_refresh` (schedule
 `server_facts_refresh_schedule`), which stores what each server says about itself; and
 `register_source`.
@@ -29,7 +29,7 @@ from harvest_pipeline.defs.catalog import (
 )
 from harvest_pipeline.defs.drift import build_drift_defs
 from harvest_pipeline.defs.facts import build_facts_job, build_facts_schedule
-from harvest_pipeline.defs.jobs import build_full_job, build_records_job
+from harvest_pipeline.defs.jobs import build_full_job, build_records_job, build_remap_job
 from harvest_pipeline.defs.partitions import partitions_for
 from harvest_pipeline.defs.reconcile import build_reconcile_assets, build_reconcile_job, build_reconcile_schedule
 from harvest_pipeline.defs.register import register_source
@@ -71,7 +71,8 @@ def build_definitions(sources: list[SourceConfig] | None = None) -> dg.Definitio
         schedules.append(build_reconcile_schedule(source, deleted_record, how))
 
     batch_job = build_batch_job(sources, partitions_by_source)
-    jobs = [facts_job, batch_job, build_records_job(sources), build_full_job(sources), build_reconcile_job()]
+    jobs = [facts_job, batch_job, build_records_job(sources), build_full_job(sources), build_remap_job(sources),
+            build_reconcile_job()]
     sensors = [build_watermark_sensor(sources, partitions_by_source, batch_job, facts_job,
                                       db_path=db_path, unknown_start=unknown_start)]
     reconcile_assets = build_reconcile_assets(sources)

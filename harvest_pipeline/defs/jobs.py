@@ -1,13 +1,16 @@
-"""The one-off jobs shared by every source: re-harvest selected records (`harvest_records`) and a
-full harvest (`harvest_full`). The source is part of the run config, so 200 sources cost two job
-definitions, not 400 (each one is built at every load of the definitions)."""
+"""The one-off jobs shared by every source: re-harvest selected records (`harvest_records`), a
+full harvest (`harvest_full`) and a remap of the stored records (`remap_records`). The source is
+part of the run config, so 200 sources cost three job definitions, not 600 (each one is built at
+every load of the definitions)."""
 
+
+import time
 
 import dagster as dg
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
-from harvest_pipeline.defs.report import progress_logger, report_metadata
+from harvest_pipeline.defs.report import LOG_EVERY_SECONDS, progress_logger, report_metadata
 from harvest_pipeline.defs.resources import catalogue_connector, catalogue_path
 from harvest_pipeline.defs.sensors import SOURCE_TAG
 from harvest_pipeline.harvest import stop
@@ -17,6 +20,8 @@ RECORDS_JOB = "harvest_records"
 RECORDS_OP = "reharvest_records"  # op names must differ from job names within a code location
 FULL_JOB = "harvest_full"
 FULL_OP = "full_harvest"
+REMAP_JOB = "remap_records"
+REMAP_OP = "remap_stored_records"
 
 
 def records_run_config(source_id: str, identifiers: list[str]) -> dict:
@@ -27,6 +32,11 @@ def records_run_config(source_id: str, identifiers: list[str]) -> dict:
 def full_run_config(source_id: str) -> dict:
     """The launchpad config of `harvest_full`."""
     return {"ops": {FULL_OP: {"config": {"source": source_id}}}}
+
+
+def remap_run_config(source_id: str, dry_run: bool = False) -> dict:
+    """The launchpad config of `remap_records`."""
+    return {"ops": {REMAP_OP: {"config": {"source": source_id, "dry_run": dry_run}}}}
 
 
 def _source(sources: dict[str, SourceConfig], source_id: str) -> SourceConfig:
@@ -46,6 +56,11 @@ class SelectedRecordsConfig(dg.Config):
 
 class FullHarvestConfig(dg.Config):
     source: str = Field(description="the source's id, as in the sources file")
+
+
+class RemapConfig(dg.Config):
+    source: str = Field(description="the source's id, as in the sources file")
+    dry_run: bool = Field(default=False, description="only report what would change; write nothing")
 
 
 def build_records_job(sources: list[SourceConfig]) -> dg.JobDefinition:
@@ -170,6 +185,69 @@ def build_full_job(sources: list[SourceConfig]) -> dg.JobDefinition:
         full_harvest()
 
     return full_job
+
+
+def build_remap_job(sources: list[SourceConfig]) -> dg.JobDefinition:
+    by_id = {s.id: s for s in sources}
+
+    @dg.op(
+        name=REMAP_OP,
+        description=(
+            "Map every live record of the configured source again from its stored raw XML, with today's mappers, "
+            "and rewrite those whose mapped columns change (history action 'restored', attempt 'remap:<run id>'). "
+            "No request goes to the server."
+        ),
+    )
+    def remap_stored_records(context: dg.OpExecutionContext, config: RemapConfig, duckdb: DuckDBResource) -> dict:
+        from harvest_pipeline.harvest.remap import remap_source
+
+        source = _source(by_id, config.source)
+        last_line = [time.monotonic()]
+
+        def progress(event: dict) -> None:  # a line every few seconds: each line is an event stored
+            if time.monotonic() - last_line[0] >= LOG_EVERY_SECONDS:
+                last_line[0] = time.monotonic()
+                context.log.info(f"{source.id} {event['window']}: {event['examined']} records examined, "
+                                 f"{event['changed']} mapped differently")
+
+        report = remap_source(source, db_path=catalogue_path(duckdb), run_id=context.run.run_id,
+                              connect=catalogue_connector(duckdb), dry_run=config.dry_run, progress=progress)
+        for warning in report.warnings:
+            context.log.warning(f"{source.id}: {warning}")
+        summary = {
+            "source": source.id,
+            "window": report.window.key,
+            "dry_run": report.dry_run,
+            "examined": report.examined,
+            "changed": report.changed,
+            "written": report.counts.restored if report.counts else 0,
+            "stale": report.counts.stale if report.counts else 0,
+            "now_mapped": report.now_mapped,
+            "now_unmapped": report.now_unmapped,
+            "formats": dict(report.formats.most_common()),
+            "columns": dict(report.columns.most_common()),
+            "examples": report.examples,
+            "seconds": round(report.seconds, 1),
+        }
+        context.add_output_metadata({
+            **{k: v for k, v in summary.items() if isinstance(v, (str, int, float, bool))},
+            "formats": dg.MetadataValue.json(summary["formats"]),
+            "columns": dg.MetadataValue.json(summary["columns"]),
+            "examples": dg.MetadataValue.json(report.examples),
+        })
+        return summary
+
+    @dg.job(
+        name=REMAP_JOB,
+        description=(
+            "Map the stored records of one source again from their raw XML after a mapper changed (no request to "
+            f"the server). Launchpad config: ops: {{{REMAP_OP}: {{config: {{source: <id>, dry_run: false}}}}}}"
+        ),
+    )
+    def remap_job():
+        remap_stored_records()
+
+    return remap_job
 
 
 def source_tags(source_id: str) -> dict[str, str]:
