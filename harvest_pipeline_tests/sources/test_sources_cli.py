@@ -97,7 +97,7 @@ def test_check_validates_the_file_and_asks_each_server_without_harvesting(shippe
         port = s.getsockname()[1]
     down = run_cli("check", "--timeout", "2", env={**env, "HARVEST_DEMO_CSW_URL": f"http://127.0.0.1:{port}/csw"}, cwd=tmp_path)
     assert down.returncode == 1
-    assert "demo                 ok" in down.stdout and f"demo_csw             FAILED" in down.stdout
+    assert "demo                 ok" in down.stdout and "demo_csw             FAILED" in down.stdout
     assert f"127.0.0.1:{port}" in down.stdout
 
     path.write_text(path.read_text().replace("window: day", "window: fortnight", 1))
