@@ -148,7 +148,8 @@ def test_remap_rewrites_records_stored_with_other_mapped_values_and_then_nothing
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"{differing} map differently now, {differing} rewritten" in done.stdout
     shown = run_cli("show", "demo", unmapped, env=cli_env, cwd=tmp_path)
-    assert "restored" in shown.stdout and "format_name" in shown.stdout and "oai_dc" in shown.stdout
+    assert "format_name   oai_dc" in shown.stdout and "restored" in shown.stdout
+    assert "written by    remap of the stored XML remap-" in shown.stdout
 
     again = run_cli("remap", "demo", env=cli_env, cwd=tmp_path)
     assert f"{live} live records mapped again" in again.stdout and "0 map differently now" in again.stdout

@@ -19,8 +19,9 @@ def register(sub) -> None:
 
 
 def origin(row: dict) -> tuple[str, str]:
-    """(kind, label) of what wrote a history row or a record: window, full, selected or reconcile."""
+    """(kind, label) of what wrote a history row or a record: window, full, selected, remap or reconcile."""
     from harvest_pipeline.harvest.full import FULL_START
+    from harvest_pipeline.harvest.remap import REMAP_MARKER
     from harvest_pipeline.harvest.selected import SELECTED_MARKER
     from harvest_pipeline.store.reconcile import RECONCILE_MARKER
 
@@ -30,6 +31,8 @@ def origin(row: dict) -> tuple[str, str]:
         return "reconcile", "reconciliation"
     if attempt.startswith(SELECTED_MARKER):
         return "selected", row.get("window_name") or f"selected-{_ts(start)}"
+    if attempt.startswith(REMAP_MARKER):
+        return "remap", row.get("window_name") or f"remap-{_ts(start)}"
     if start is not None and start == FULL_START.replace(tzinfo=None):
         return "full", row.get("window_name") or f"full-{_ts(end)}"
     if row.get("window_name"):
@@ -101,6 +104,7 @@ def cmd_show(args: argparse.Namespace) -> int:
             "window": f"window {w['label']}",
             "full": f"full harvest {w['label']}",
             "selected": f"re-harvest of selected records {w['label']}",
+            "remap": f"remap of the stored XML {w['label']} (no request to the server)",
             "reconcile": "reconciliation: absent from the upstream listing",
         }.get(w["kind"], w["label"])
         print(f"  written by    {what}, run {w['run_id']}, at {_ts(w['at'])}")
