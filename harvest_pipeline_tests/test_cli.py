@@ -45,7 +45,7 @@ def test_harvest_all_windows_then_status_matches_the_provider(cli_env, tmp_path,
     assert status.returncode == 0, status.stderr
     [summary] = json.loads(status.stdout)
     expected = demo.stats(until=today() - timedelta(seconds=1))
-    assert (summary["live"], summary["deleted"]) == (expected["live"], expected["deleted"])
+    assert (summary["live"], summary["deleted"], summary["unmapped"]) == (expected["live"], expected["deleted"], 0)
     assert summary["watermark"].startswith(today().strftime("%Y-%m-%d"))
     assert summary["windows"] == {"verified": summary["windows"]["verified"]}
     assert summary["last_run"]["checks"] == {"complete": "passed", "no_duplicates": "passed", "cursor_closed": "passed"}
@@ -138,6 +138,10 @@ def test_remap_rewrites_records_stored_with_other_mapped_values_and_then_nothing
         differing = con.execute("SELECT count(*) FROM records WHERE NOT deleted "
                                 "AND (identifier_key % 3 = 0 OR identifier = ?)", [unmapped]).fetchone()[0]
 
+    status = run_cli("status", env=cli_env, cwd=tmp_path).stdout
+    assert "! 1 live record(s) stored raw, no mapper read them; commonest: MappingError: no mapper (1)" in status
+    assert "`harvest-pipeline remap demo`" in status
+
     dry = run_cli("remap", "demo", "--dry-run", env=cli_env, cwd=tmp_path)
     assert dry.returncode == 0, dry.stdout + dry.stderr
     assert f"{live} live records mapped again" in dry.stdout
@@ -151,5 +155,6 @@ def test_remap_rewrites_records_stored_with_other_mapped_values_and_then_nothing
     assert "format_name   oai_dc" in shown.stdout and "restored" in shown.stdout
     assert "written by    remap of the stored XML remap-" in shown.stdout
 
+    assert "stored raw" not in run_cli("status", env=cli_env, cwd=tmp_path).stdout
     again = run_cli("remap", "demo", env=cli_env, cwd=tmp_path)
     assert f"{live} live records mapped again" in again.stdout and "0 map differently now" in again.stdout

@@ -29,7 +29,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     out = []
     staging = {s.id: {p: staging_window_start(p) for p in open_staging_files(db_path, s.id)} for s in sources}
     if not catalogue_exists(db_path):
-        summaries = [{"source_id": s.id, "watermark": None, "live": 0, "deleted": 0, "windows": {}, "last_run": None} for s in sources]
+        summaries = [{"source_id": s.id, "watermark": None, "live": 0, "deleted": 0, "unmapped": 0, "unmapped_reasons": [],
+                      "windows": {}, "last_run": None} for s in sources]
         failing = {s.id: [] for s in sources}
         ledger_rows = {}
     else:
@@ -68,6 +69,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"{s['source_id']}  ({s['url']}, {s['window']} windows)")
         print(f"  watermark   {wm}   lag {lag}")
         print(f"  records     {s['live']} live, {s['deleted']} deleted")
+        if s["unmapped"]:
+            print(f"  ! {s['unmapped']} live record(s) stored raw, no mapper read them; commonest: "
+                  + "; ".join(f"{reason[:120]} ({n})" for reason, n in s["unmapped_reasons"]))
+            print(f"    a mapper for their format (README \"Adding a format\"), then "
+                  f"`harvest-pipeline remap {s['source_id']}`, maps them from the stored XML")
         ws = ", ".join(f"{k} {v}" for k, v in sorted(s["windows"].items())) or "none harvested"
         print(f"  windows     {ws}")
         lr = s["last_run"]

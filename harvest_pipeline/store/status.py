@@ -8,8 +8,9 @@ import duckdb
 
 
 def source_summary(con: duckdb.DuckDBPyConnection, source_id: str) -> dict[str, Any]:
-    live, deleted = con.execute(
-        "SELECT count(*) FILTER (WHERE NOT deleted), count(*) FILTER (WHERE deleted) FROM records WHERE source_id = ?",
+    live, deleted, unmapped = con.execute(
+        "SELECT count(*) FILTER (WHERE NOT deleted), count(*) FILTER (WHERE deleted), "
+        "count(*) FILTER (WHERE NOT deleted AND mapping_error IS NOT NULL) FROM records WHERE source_id = ?",
         [source_id],
     ).fetchone()
     state = con.execute(
@@ -35,6 +36,8 @@ def source_summary(con: duckdb.DuckDBPyConnection, source_id: str) -> dict[str, 
         "deleted_record": state[2] if state else None,
         "live": int(live),
         "deleted": int(deleted),
+        "unmapped": int(unmapped),
+        "unmapped_reasons": unmapped_reasons(con, source_id) if unmapped else [],
         "windows": by_status,
         "last_run": None
         if last is None
@@ -58,3 +61,15 @@ def failing_windows(con: duckdb.DuckDBPyConnection, source_id: str, limit: int =
         """,
         [source_id, limit],
     ).fetchall()
+
+
+def unmapped_reasons(con: duckdb.DuckDBPyConnection, source_id: str, limit: int = 3) -> list[tuple[str, int]]:
+    """The commonest reasons live records of the source are stored raw (no mapper read them), with counts."""
+    return [(reason, int(n)) for reason, n in con.execute(
+        """
+        SELECT mapping_error, count(*) AS n FROM records
+        WHERE source_id = ? AND NOT deleted AND mapping_error IS NOT NULL
+        GROUP BY mapping_error ORDER BY n DESC, mapping_error LIMIT ?
+        """,
+        [source_id, limit],
+    ).fetchall()]
