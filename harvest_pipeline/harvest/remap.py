@@ -25,6 +25,7 @@ from typing import Callable
 
 import duckdb
 
+from harvest_pipeline.errors import WindowBusyError
 from harvest_pipeline.harvest.rows import page_rows
 from harvest_pipeline.harvest.window import Window
 from harvest_pipeline.pages import HarvestedRecord, ListPage, ResumptionInfo
@@ -42,6 +43,7 @@ Connect = Callable[[], AbstractContextManager[duckdb.DuckDBPyConnection]]
 Progress = Callable[[dict], None]
 
 REMAP_MARKER = "remap:"  # record_history.attempt_id of a remap
+REMAP_STAGING = "remap.stage"  # the source's staging folder for remaps
 EXAMPLES = 20  # changed identifiers kept in the report
 _PREFIX_AT = VERSION_COLUMNS.index("metadata_prefix")
 
@@ -97,7 +99,13 @@ def remap_source(
     attempt_id = REMAP_MARKER + run_id
     report = RemapReport(source.id, run_id, window, dry_run=dry_run)
     started = time.monotonic()
-    staging = StagingWindow(Path(db_path).parent / "staging" / source.id / f"remap-{run_id}.stage")
+    # One staging folder per source, locked while a remap uses it: a second remap of the source at
+    # the same time fails after a few seconds, and a killed remap's folder is taken over by the next one.
+    try:
+        staging = StagingWindow(Path(db_path).parent / "staging" / source.id / REMAP_STAGING)
+    except WindowBusyError as exc:
+        raise WindowBusyError(f"another remap of source {source.id} is running", source_id=source.id,
+                              hint="wait for it to finish; a remap after it finds nothing left to change") from exc
     try:
         staging.start_attempt(attempt_id, "remap")
         page_number = 0
@@ -130,6 +138,7 @@ def remap_source(
             report.warnings += merged_again
     finally:
         staging.remove()
+        staging.release()
     report.seconds = time.monotonic() - started
     return report
 

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+import pytest
+
+from harvest_pipeline.errors import WindowBusyError
 from harvest_pipeline.formats import MappingError, register
 from harvest_pipeline.formats.oai_dc import OAI_DC_NS, map_dc
 from harvest_pipeline.harvest import harvest_window
-from harvest_pipeline.harvest.remap import REMAP_MARKER, remap_source
+from harvest_pipeline.harvest.remap import REMAP_MARKER, REMAP_STAGING, remap_source
 from harvest_pipeline.sources import SourceConfig
 from harvest_pipeline.store import connect, ledger
 from harvest_pipeline.store.remap import MAPPED_COLUMNS
+from harvest_pipeline.store.staging import StagingWindow
 from harvest_pipeline_tests.conftest import day_window, demo_source
 
 _MAPPED = ", ".join(("identifier", "datestamp", "metadata_xml", "content_hash", *MAPPED_COLUMNS))
@@ -91,3 +95,18 @@ def test_a_remap_brings_stored_records_to_todays_mappers_and_a_second_one_writes
     again = remap_source(source, db_path=older_db)
     assert (again.examined, again.changed, again.counts) == (live, 0, None)
     assert _history_rows(older_db) == history_before + differing
+
+
+def test_a_second_remap_of_a_source_at_the_same_time_fails_saying_so(shared_demo, tmp_path):
+    source = demo_source(shared_demo)
+    db = tmp_path / "harvest.duckdb"
+    assert harvest_window(source, day_window(3), db_path=db).status == ledger.VERIFIED
+    held = StagingWindow(tmp_path / "staging" / source.id / REMAP_STAGING)  # as a running remap holds it
+    try:
+        with pytest.raises(WindowBusyError, match="another remap of source demo is running"):
+            remap_source(source, db_path=db)
+    finally:
+        held.release()
+    # A remap after it takes the folder over (as it would after a killed one) and finds nothing to change.
+    report = remap_source(source, db_path=db)
+    assert report.examined > 0 and report.changed == 0
