@@ -25,6 +25,7 @@ def cmd_remap(args: argparse.Namespace) -> int:
     from harvest_pipeline.defs.factory import build_definitions
     from harvest_pipeline.defs.jobs import REMAP_JOB, REMAP_OP, remap_run_config
     from harvest_pipeline.defs.sensors import SOURCE_TAG
+    from harvest_pipeline.harvest.progress import subscribe
     from harvest_pipeline.sources import load_sources
 
     sources = {s.id: s for s in load_sources()}
@@ -32,10 +33,23 @@ def cmd_remap(args: argparse.Namespace) -> int:
         print(f"unknown source {args.source!r}; known: {', '.join(sorted(sources)) or '(none)'}", file=sys.stderr)
         return 2
     defs = build_definitions([sources[args.source]])
-    result = defs.resolve_job_def(REMAP_JOB).execute_in_process(
-        instance=cli_instance(), raise_on_error=False, tags={SOURCE_TAG: args.source},
-        run_config={**remap_run_config(args.source, args.dry_run), **QUIET},
-    )
+    interactive = sys.stdout.isatty()
+
+    def show(event: dict) -> None:
+        if interactive:
+            line = f"  {event['examined']} records examined, {event['changed']} map differently"
+            print("\r" + line.ljust(78), end="", flush=True)
+
+    unsubscribe = subscribe(show)
+    try:
+        result = defs.resolve_job_def(REMAP_JOB).execute_in_process(
+            instance=cli_instance(), raise_on_error=False, tags={SOURCE_TAG: args.source},
+            run_config={**remap_run_config(args.source, args.dry_run), **QUIET},
+        )
+    finally:
+        unsubscribe()
+    if interactive:
+        print("\r" + " " * 78 + "\r", end="")
     if not result.success:
         print(f"{args.source}: remap FAILED: {failure_cause(result)}  (run {result.run_id})")
         return 1

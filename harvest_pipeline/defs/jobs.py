@@ -14,6 +14,7 @@ from harvest_pipeline.defs.report import LOG_EVERY_SECONDS, progress_logger, rep
 from harvest_pipeline.defs.resources import catalogue_connector, catalogue_path
 from harvest_pipeline.defs.sensors import SOURCE_TAG
 from harvest_pipeline.harvest import stop
+from harvest_pipeline.harvest.progress import notify
 from harvest_pipeline.sources import SourceConfig
 
 RECORDS_JOB = "harvest_records"
@@ -205,6 +206,7 @@ def build_remap_job(sources: list[SourceConfig]) -> dg.JobDefinition:
         last_line = [time.monotonic()]
 
         def progress(event: dict) -> None:  # a line every few seconds: each line is an event stored
+            notify(event)  # the CLI's progress line
             if time.monotonic() - last_line[0] >= LOG_EVERY_SECONDS:
                 last_line[0] = time.monotonic()
                 context.log.info(f"{source.id} {event['window']}: {event['examined']} records examined, "
