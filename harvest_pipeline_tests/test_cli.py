@@ -71,6 +71,9 @@ def test_probe_prints_identify_formats_and_sets(shared_demo, tmp_path):
     assert out.returncode == 0, out.stderr
     assert "YYYY-MM-DDThh:mm:ssZ" in out.stdout and "persistent" in out.stdout
     assert "oai_dc" in out.stdout and "oai_datacite" in out.stdout
+    # each offered format with the mapper that reads it
+    assert "http://www.openarchives.org/OAI/2.0/oai_dc/  -> oai_dc" in out.stdout
+    assert "http://www.loc.gov/mods/v3  -> mods" in out.stdout
     assert "physics:optics" in out.stdout
 
 

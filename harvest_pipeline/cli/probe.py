@@ -70,9 +70,12 @@ def _print_identify(info, formats) -> None:
         print(f"  {field:20} {getattr(info, field)}")
     if info.admin_emails:
         print(f"  {'admin_emails':20} {', '.join(info.admin_emails)}")
-    print("ListMetadataFormats")
+    from harvest_pipeline.formats import format_for_namespace
+
+    print("ListMetadataFormats (and the mapper that reads each)")
     for fmt in formats:
-        print(f"  {fmt.prefix:14} {fmt.namespace}")
+        mapper = format_for_namespace(fmt.namespace)
+        print(f"  {fmt.prefix:14} {fmt.namespace}  " + (f"-> {mapper}" if mapper else "-> no mapper: stored raw"))
 
 
 def _describe_only(args: argparse.Namespace) -> int:

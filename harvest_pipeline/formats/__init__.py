@@ -14,7 +14,9 @@ from importlib import import_module
 
 from .errors import MappingError
 from .model import ROW_KEYS, NormalizedRecord
-from .registry import RegisteredFormat, known_formats, map_record, mapper_for, register, register_module, unregister
+from .registry import (
+    RegisteredFormat, format_for_namespace, known_formats, map_record, mapper_for, register, register_module, unregister,
+)
 
 # The one registration line per mapper module.
 MAPPER_MODULES = ("oai_dc", "datacite", "iso19139", "marcxml", "mods", "arxiv", "doaj", "pos")
@@ -29,6 +31,7 @@ __all__ = [
     "MappingError",
     "NormalizedRecord",
     "RegisteredFormat",
+    "format_for_namespace",
     "known_formats",
     "map_record",
     "mapper_for",

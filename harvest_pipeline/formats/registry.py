@@ -95,6 +95,16 @@ def known_formats() -> list[RegisteredFormat]:
     return sorted(_BY_TAG.values(), key=lambda f: (f.name, f.namespace, f.root_local_name))
 
 
+def format_for_namespace(namespace: str | None) -> str | None:
+    """The format that maps payloads in `namespace` (as ListMetadataFormats declares it, a trailing
+    slash aside), or None: such records are stored raw, unless a fallback (Dublin Core elements)
+    claims them."""
+    wanted = (namespace or "").strip().rstrip("/")
+    if not wanted:
+        return None
+    return next((f.name for f in known_formats() if f.namespace.rstrip("/") == wanted), None)
+
+
 def _root_of(element) -> etree._Element:
     if element is None:
         raise MappingError("no metadata element to map (a deleted record has none)")

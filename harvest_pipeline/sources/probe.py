@@ -28,6 +28,7 @@ class ServerFacts:
     granularity: str | None = None
     deleted_record: str | None = None
     formats: list[str] = field(default_factory=list)  # OAI metadata prefixes
+    format_namespaces: dict[str, str] = field(default_factory=dict)  # prefix -> metadataNamespace
     sets: list[str] | None = None  # None: not listed (no set asked for, or ListSets failed)
     output_schemas: list[str] = field(default_factory=list)  # CSW
     type_names: list[str] = field(default_factory=list)  # CSW
@@ -54,10 +55,12 @@ def probe_server(url: str, protocol: str, *, timeout: float = 30.0, list_sets: b
 
     client = OAIClient(url, timeout=timeout)
     info = client.identify()
+    formats = client.list_metadata_formats()
     facts = ServerFacts(
         protocol, url, name=info.repository_name, earliest=info.earliest_datestamp,
         granularity=info.granularity, deleted_record=info.deleted_record,
-        formats=[f.prefix for f in client.list_metadata_formats()], notes=list(info.warnings),
+        formats=[f.prefix for f in formats], format_namespaces={f.prefix: f.namespace for f in formats},
+        notes=list(info.warnings),
     )
     if list_sets:
         try:
@@ -65,6 +68,22 @@ def probe_server(url: str, protocol: str, *, timeout: float = 30.0, list_sets: b
         except HarvestError as exc:  # noSetHierarchy and the like: not fatal for a proposal
             facts.notes.append(f"ListSets: {exc}")
     return facts
+
+
+def mapping_note(prefix: str, namespaces: dict[str, str]) -> str | None:
+    """What to say when no mapper reads the namespace `prefix` is declared with (None when one does)."""
+    from harvest_pipeline.formats import format_for_namespace
+
+    namespace = namespaces.get(prefix)
+    if not namespace or format_for_namespace(namespace):
+        return None
+    mapped = [p for p, ns in namespaces.items() if format_for_namespace(ns)]
+    return (
+        f"metadata_prefix {prefix}: no mapper reads its namespace {namespace}, so its records are stored raw "
+        "(quarantine kind map) unless they are plain Dublin Core elements; "
+        + (f"formats it offers that are mapped: {', '.join(mapped)} (pass --prefix)" if mapped else
+           "it offers no format that is mapped (README \"Adding a format\")")
+    )
 
 
 def propose_entry(
@@ -92,6 +111,9 @@ def propose_entry(
         if not metadata_prefix:
             why.append(f"metadata_prefix {prefix}: offered ({', '.join(facts.formats)}); pass --prefix for another")
         entry["metadata_prefix"] = prefix
+        unmapped = mapping_note(prefix, facts.format_namespaces)
+        if unmapped:
+            why.append(unmapped)
         if set_spec:
             if facts.sets is not None and set_spec not in facts.sets:
                 raise ConfigError(
