@@ -35,7 +35,6 @@ from harvest_pipeline.store.backend import noting_retries, run_write
 from harvest_pipeline.store.merge import MergeCounts, merge_staging
 from harvest_pipeline.store.remap import MAPPED_COLUMNS, VERSION_COLUMNS, live_versions_in, remap_parts
 from harvest_pipeline.store.staging import StagingWindow
-from harvest_pipeline.xmlsafe import parse_xml
 
 log = logging.getLogger(__name__)
 
@@ -73,13 +72,14 @@ def remap_window(now: datetime | None = None) -> Window:
 
 
 def _record(row: tuple) -> HarvestedRecord:
+    """The stored version as received. Its XML is parsed by the rows code (metadata None), which
+    keeps a record it cannot parse or map as unmapped instead of failing the remap."""
     identifier, datestamp, datestamp_raw, set_specs, _, xml = row[:len(VERSION_COLUMNS)]
-    utf8 = xml.encode("utf-8", "surrogatepass")
     return HarvestedRecord(
         identifier=identifier, datestamp=datestamp_raw,
         datestamp_utc=datestamp.replace(tzinfo=timezone.utc) if datestamp is not None else None,
-        set_specs=tuple(set_specs or ()), deleted=False, metadata_xml=xml, metadata=parse_xml(utf8),
-        metadata_utf8=utf8,
+        set_specs=tuple(set_specs or ()), deleted=False, metadata_xml=xml, metadata=None,
+        metadata_utf8=xml.encode("utf-8", "surrogatepass"),
     )
 
 
