@@ -159,5 +159,8 @@ def test_remap_rewrites_records_stored_with_other_mapped_values_and_then_nothing
     assert "written by    remap of the stored XML remap-" in shown.stdout
 
     assert "stored raw" not in run_cli("status", env=cli_env, cwd=tmp_path).stdout
-    again = run_cli("remap", "demo", env=cli_env, cwd=tmp_path)
-    assert f"{live} live records mapped again" in again.stdout and "0 map differently now" in again.stdout
+    again = run_cli("remap", "--all", env=cli_env, cwd=tmp_path)  # every source of the file: here `demo`
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"demo: {live} live records mapped again" in again.stdout and "0 map differently now" in again.stdout
+    neither = run_cli("remap", env=cli_env, cwd=tmp_path)
+    assert neither.returncode == 2 and "name the sources to remap, or give --all" in neither.stderr

@@ -1,4 +1,4 @@
-"""`harvest-pipeline remap SOURCE`: map the stored records again from their raw XML (job remap_records)."""
+"""`harvest-pipeline remap SOURCE… | --all`: map the stored records again from their raw XML (job remap_records)."""
 
 from __future__ import annotations
 
@@ -14,48 +14,66 @@ def register(sub) -> None:
         "remap",
         help="map a source's stored records again from their raw XML after a mapper changed (no request to the server)",
     )
-    r.add_argument("source")
+    r.add_argument("sources", nargs="*", metavar="SOURCE", help="the sources to remap, one run each")
+    r.add_argument("--all", action="store_true", help="every source in the sources file, one after another")
     r.add_argument("--dry-run", action="store_true", help="only report what would change; write nothing")
     r.set_defaults(func=cmd_remap)
 
 
 def cmd_remap(args: argparse.Namespace) -> int:
     ensure_dagster_home()
-    from harvest_pipeline.cli.harvest import QUIET
     from harvest_pipeline.defs.factory import build_definitions
-    from harvest_pipeline.defs.jobs import REMAP_JOB, REMAP_OP, remap_run_config
-    from harvest_pipeline.defs.sensors import SOURCE_TAG
-    from harvest_pipeline.harvest.progress import subscribe
     from harvest_pipeline.sources import load_sources
 
     sources = {s.id: s for s in load_sources()}
-    if args.source not in sources:
-        print(f"unknown source {args.source!r}; known: {', '.join(sorted(sources)) or '(none)'}", file=sys.stderr)
+    if bool(args.sources) == args.all:
+        print("name the sources to remap, or give --all", file=sys.stderr)
         return 2
-    defs = build_definitions([sources[args.source]])
+    unknown = [s for s in args.sources if s not in sources]
+    if unknown:
+        print(f"unknown source(s) {', '.join(map(repr, unknown))}; known: {', '.join(sorted(sources)) or '(none)'}",
+              file=sys.stderr)
+        return 2
+    chosen = list(sources) if args.all else list(dict.fromkeys(args.sources))
+    defs = build_definitions([sources[s] for s in chosen])
+    failed = 0
+    for source_id in chosen:
+        failed += _remap_one(defs, source_id, args.dry_run)
+    if len(chosen) > 1:
+        print(f"{len(chosen) - failed} of {len(chosen)} source(s) remapped" + (f", {failed} FAILED" if failed else ""))
+    return 1 if failed else 0
+
+
+def _remap_one(defs, source_id: str, dry_run: bool) -> int:
+    """Run `remap_records` for one source and print what it did; 1 if the run failed."""
+    from harvest_pipeline.cli.harvest import QUIET
+    from harvest_pipeline.defs.jobs import REMAP_JOB, REMAP_OP, remap_run_config
+    from harvest_pipeline.defs.sensors import SOURCE_TAG
+    from harvest_pipeline.harvest.progress import subscribe
+
     interactive = sys.stdout.isatty()
 
     def show(event: dict) -> None:
         if interactive:
-            line = f"  {event['examined']} records examined, {event['changed']} map differently"
+            line = f"  {source_id}: {event['examined']} records examined, {event['changed']} map differently"
             print("\r" + line.ljust(78), end="", flush=True)
 
     unsubscribe = subscribe(show)
     try:
         result = defs.resolve_job_def(REMAP_JOB).execute_in_process(
-            instance=cli_instance(), raise_on_error=False, tags={SOURCE_TAG: args.source},
-            run_config={**remap_run_config(args.source, args.dry_run), **QUIET},
+            instance=cli_instance(), raise_on_error=False, tags={SOURCE_TAG: source_id},
+            run_config={**remap_run_config(source_id, dry_run), **QUIET},
         )
     finally:
         unsubscribe()
     if interactive:
         print("\r" + " " * 78 + "\r", end="")
     if not result.success:
-        print(f"{args.source}: remap FAILED: {failure_cause(result)}  (run {result.run_id})")
+        print(f"{source_id}: remap FAILED: {failure_cause(result)}  (run {result.run_id})")
         return 1
     out = result.output_for_node(REMAP_OP)
     verb = "would be rewritten" if out["dry_run"] else "rewritten"
-    print(f"{args.source}: {out['examined']} live records mapped again from their stored XML in {out['seconds']} s; "
+    print(f"{source_id}: {out['examined']} live records mapped again from their stored XML in {out['seconds']} s; "
           f"{out['changed']} map differently now, {out['written'] if not out['dry_run'] else out['changed']} {verb}"
           + (f", {out['stale']} left as a newer harvest wrote them" if out["stale"] else "")
           + f"  (run {result.run_id})")
