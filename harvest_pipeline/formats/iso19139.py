@@ -4,7 +4,10 @@ Paths are precompiled lxml XPath objects (compiled once at import). Field choice
   identifiers fileIdentifier, dataSetURI, then citation identifier codes (text, then Anchor href)
   title       citation title (gco:CharacterString or gmx:Anchor); `titles` adds its PT_FreeText
               translations and the alternateTitles
-  creators    citedResponsibleParty then pointOfContact: individualName, else organisationName
+  creators    citedResponsibleParty then pointOfContact: individualName, else organisationName;
+              parties whose role makes them the resource's creators (author, originator,
+              principalInvestigator, coAuthor) first, in that order of elements, then the others
+              (publisher, custodian, distributor ...), as the MODS mapper puts authors first
   description abstract
   subjects    keywords, then topic categories
   date        citation date of type publication, else creation, else revision, else the first
@@ -58,6 +61,9 @@ _PARTIES = _xp(f"{_CIT}/gmd:citedResponsibleParty/gmd:CI_ResponsibleParty")
 _CONTACTS = _xp(f"{_ID}/gmd:pointOfContact/gmd:CI_ResponsibleParty")
 _INDIVIDUAL = _xp(f"gmd:individualName/{_STR}")
 _ORGANISATION = _xp(f"gmd:organisationName/{_STR}")
+_ROLE = _xp("gmd:role/gmd:CI_RoleCode")
+# CI_RoleCode values (ISO 19115 and 19115-1) of the parties who made the resource.
+_CREATOR_ROLES = frozenset({"author", "originator", "principalInvestigator", "coAuthor"})
 _ABSTRACT = _xp(f"{_ID}/gmd:abstract/{_STR}")
 _KEYWORDS = _xp(f"{_ID}/gmd:descriptiveKeywords/gmd:MD_Keywords/gmd:keyword/{_STR}")
 _TOPICS = _xp(f"{_ID}/gmd:topicCategory/gmd:MD_TopicCategoryCode")
@@ -112,6 +118,15 @@ def _party(el) -> str | None:
     return _first_text(_INDIVIDUAL, el) or _first_text(_ORGANISATION, el)
 
 
+def _creators(md) -> list[str]:
+    """Cited parties then points of contact, those with a creator's role first."""
+    makers, others = [], []
+    for party in _PARTIES(md) + _CONTACTS(md):
+        role = first(_code(el) for el in _ROLE(party))
+        (makers if role in _CREATOR_ROLES else others).append(_party(party))
+    return dedupe(makers + others)
+
+
 def _language(elements) -> str | None:
     # LanguageCode carries the code in codeListValue; gco:CharacterString has it as text.
     return first(_code(el) for el in elements)
@@ -156,7 +171,7 @@ def map_iso19139(md) -> NormalizedRecord:
     return NormalizedRecord(
         title=titles[0] if titles else None,
         titles=titles,
-        creators=dedupe([_party(p) for p in _PARTIES(md)] + [_party(p) for p in _CONTACTS(md)]),
+        creators=_creators(md),
         subjects=dedupe(_texts(_KEYWORDS(md)) + [_code(el) for el in _TOPICS(md)]),
         description=first(block_text(el) for el in _ABSTRACT(md)),
         dates=dedupe(dates),

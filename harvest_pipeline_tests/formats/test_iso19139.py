@@ -68,3 +68,22 @@ def test_online_resource_is_the_url_fallback():
     )
     r = map_record(el)
     assert r.url == "https://dl.example/a.zip" and r.identifiers == ["abc"] and r.title is None
+
+
+def test_parties_with_a_creators_role_come_first():
+    party = ('<gmd:citedResponsibleParty><gmd:CI_ResponsibleParty><gmd:organisationName><gco:CharacterString>{}'
+             '</gco:CharacterString></gmd:organisationName><gmd:role><gmd:CI_RoleCode codeList="#CI_RoleCode" '
+             'codeListValue="{}"/></gmd:role></gmd:CI_ResponsibleParty></gmd:citedResponsibleParty>')
+    el = parse_xml(
+        '<gmd:MD_Metadata xmlns:gmd="http://www.isotc211.org/2005/gmd" xmlns:gco="http://www.isotc211.org/2005/gco">'
+        '<gmd:identificationInfo><gmd:MD_DataIdentification><gmd:citation><gmd:CI_Citation>'
+        '<gmd:title><gco:CharacterString>Soil moisture grids</gco:CharacterString></gmd:title>'
+        + party.format("State Data Portal", "publisher") + party.format("Soil Survey Unit", "originator")
+        + party.format("Archive Service", "custodian") + party.format("Okafor, Chidi", "principalInvestigator")
+        + '</gmd:CI_Citation></gmd:citation><gmd:pointOfContact><gmd:CI_ResponsibleParty><gmd:individualName>'
+        '<gco:CharacterString>Brandt, Lena</gco:CharacterString></gmd:individualName><gmd:role><gmd:CI_RoleCode '
+        'codeList="#CI_RoleCode" codeListValue="author"/></gmd:role></gmd:CI_ResponsibleParty></gmd:pointOfContact>'
+        '</gmd:MD_DataIdentification></gmd:identificationInfo></gmd:MD_Metadata>')
+    r = map_record(el)
+    # who made it first (in element order, cited parties before contacts), then everyone else
+    assert r.creators == ["Soil Survey Unit", "Okafor, Chidi", "Brandt, Lena", "State Data Portal", "Archive Service"]
