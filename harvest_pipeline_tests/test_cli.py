@@ -119,7 +119,7 @@ def test_status_and_show_speak_partition_keys_utc_and_plain_english(cli_env, tmp
             "SELECT identifier FROM record_history GROUP BY identifier HAVING count(*) = 1 ORDER BY 1 LIMIT 1"
         ).fetchall()
     shown = run_cli("show", "demo", once, env=cli_env, cwd=tmp_path)
-    assert "History (1 version received, oldest first)" in shown.stdout, shown.stdout + shown.stderr
+    assert "History (1 row, oldest first)" in shown.stdout, shown.stdout + shown.stderr
     doc = json.loads(run_cli("show", "demo", once, "--json", env=cli_env, cwd=tmp_path).stdout)
     assert doc["record"]["datestamp"].endswith("Z") and doc["history"][0]["received_at"].endswith("Z")
 

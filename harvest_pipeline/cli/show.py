@@ -109,7 +109,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         }.get(w["kind"], w["label"])
         print(f"  written by    {what}, run {w['run_id']}, at {_ts(w['at'])}")
         print(f"  first seen    {_ts(record['first_seen_at'])}")
-    print(f"History ({len(history)} {'version' if len(history) == 1 else 'versions'} received, oldest first)")
+    # Not "received": a reconciliation's deletion and a remap's rewrite are rows the server did not send.
+    print(f"History ({len(history)} {'row' if len(history) == 1 else 'rows'}, oldest first)")
     header = f"  {'received_at':<20}  {'action':<11}  {'datestamp':<20}  {'window':<29}  run"
     print(header)
     for h in history:
