@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import date, datetime, timezone
+
+PROGRESS_WIDTH = 78  # the progress line's width: each update overwrites the whole of the previous one
 
 
 def parse_day(text: str) -> datetime:
@@ -58,3 +63,28 @@ def cli_instance():
     no_capture = {"compute_logs": {"module": "dagster._core.storage.noop_compute_log_manager",
                                    "class": "NoOpComputeLogManager"}}
     return dg.DagsterInstance.from_ref(InstanceRef.from_dir(os.environ["DAGSTER_HOME"], overrides=no_capture))
+
+
+@contextmanager
+def progress_line(describe: Callable[[dict], str]) -> Iterator[Callable[[], None]]:
+    """While open, every progress event (harvest/progress.py) rewrites one terminal line with
+    `describe(event)`; the line is cleared at the end, and by the function yielded (before a
+    result line is printed). Nothing is shown when stdout is not a terminal."""
+    from harvest_pipeline.harvest.progress import subscribe
+
+    interactive = sys.stdout.isatty()
+
+    def show(event: dict) -> None:
+        if interactive:
+            print("\r" + describe(event).ljust(PROGRESS_WIDTH), end="", flush=True)
+
+    def clear() -> None:
+        if interactive:
+            print("\r" + " " * PROGRESS_WIDTH + "\r", end="")
+
+    unsubscribe = subscribe(show)
+    try:
+        yield clear
+    finally:
+        unsubscribe()
+        clear()

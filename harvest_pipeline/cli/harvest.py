@@ -7,7 +7,7 @@ import os
 import sys
 from datetime import datetime, timezone
 
-from harvest_pipeline.cli.common import cli_instance, failure_cause, parse_day
+from harvest_pipeline.cli.common import cli_instance, failure_cause, parse_day, progress_line
 from harvest_pipeline.home import ensure_dagster_home
 
 
@@ -33,7 +33,6 @@ def cmd_harvest(args: argparse.Namespace) -> int:
     from harvest_pipeline.defs.factory import build_definitions, window_job
     from harvest_pipeline.defs.partitions import closed_windows
     from harvest_pipeline.harvest import stop
-    from harvest_pipeline.harvest.progress import subscribe
     from harvest_pipeline.harvest.watermark import launch_ranges
     from harvest_pipeline.sources import load_sources
     from harvest_pipeline.store import connect, ledger
@@ -80,16 +79,7 @@ def cmd_harvest(args: argparse.Namespace) -> int:
         print(f"{args.source}: no closed window in that range (windows so far: {first_last})")
         return 0
 
-    interactive = sys.stdout.isatty()
-
-    def show(event: dict) -> None:
-        total = event["complete_list_size"]
-        line = f"  {event['window']}: page {event['pages']}, {event['received']} of {total if total is not None else '?'} records"
-        if interactive:
-            print("\r" + line.ljust(78), end="", flush=True)
-
     ranges = launch_ranges(windows, selected, source.windows_per_run)
-    unsubscribe = subscribe(show)
     instance = cli_instance()
     failures = 0
     done = 0
@@ -99,7 +89,7 @@ def cmd_harvest(args: argparse.Namespace) -> int:
         f"of up to {source.windows_per_run} (runs recorded in {os.environ['DAGSTER_HOME']})"
     )
     stopped = 0
-    try:
+    with progress_line(_page_progress) as clear_progress:
         for first, last in ranges:
             if stop.requested() is not None:
                 break
@@ -112,8 +102,7 @@ def cmd_harvest(args: argparse.Namespace) -> int:
                 # still go to the instance, so the UI shows every run in full.
                 run_config=QUIET,
             )
-            if interactive:
-                print("\r" + " " * 78 + "\r", end="")
+            clear_progress()
             _note_dagster_interrupt(result)
             outcomes = window_outcomes(result, keys)
             for key, outcome in outcomes.items():
@@ -128,8 +117,6 @@ def cmd_harvest(args: argparse.Namespace) -> int:
                 print(f"[{done}/{len(selected)}] {key}: {outcome.line}", flush=True)
             if not all(o.ok for o in outcomes.values()):
                 print(f"  (run {result.run_id})")
-    finally:
-        unsubscribe()
     watermark = _advance_watermark(args.source, partitions_def)
     ok = len(selected) - failures - stopped - (len(selected) - done)
     print(
@@ -269,31 +256,23 @@ def _advance_watermark(source_id: str, partitions_def):
 QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 
 
+def _page_progress(event: dict) -> str:
+    """A window's progress line: its page and records of completeListSize so far."""
+    total = event.get("complete_list_size")
+    return f"  {event.get('window')}: page {event.get('pages')}, {event.get('received')} of {total if total is not None else '?'} records"
+
+
 def _run_full(defs, source_id: str) -> int:
     """Run `harvest_full` for the source and print its verdict (exit 1 when it failed or a check failed)."""
     from harvest_pipeline.defs.jobs import FULL_JOB, FULL_OP, full_run_config
     from harvest_pipeline.defs.sensors import SOURCE_TAG
-    from harvest_pipeline.harvest.progress import subscribe
 
-    interactive = sys.stdout.isatty()
-
-    def show(event: dict) -> None:
-        if interactive:
-            total = event.get("complete_list_size")
-            line = f"  {event.get('window')}: page {event.get('pages')}, {event.get('received')} of {total if total is not None else '?'} records"
-            print("\r" + line.ljust(78), end="", flush=True)
-
-    unsubscribe = subscribe(show)
     print(f"{source_id}: full harvest, one listing without from/until (run recorded in {os.environ['DAGSTER_HOME']})")
-    try:
+    with progress_line(_page_progress):
         result = defs.resolve_job_def(FULL_JOB).execute_in_process(
             instance=cli_instance(), raise_on_error=False, tags={SOURCE_TAG: source_id},
             run_config={**full_run_config(source_id), **QUIET},
         )
-    finally:
-        unsubscribe()
-    if interactive:
-        print("\r" + " " * 78 + "\r", end="")
     stopped = _stopped_run(result, f"{source_id}: full harvest", RESUMES)
     if stopped is not None:
         return stopped

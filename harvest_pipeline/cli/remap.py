@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from harvest_pipeline.cli.common import cli_instance, failure_cause
+from harvest_pipeline.cli.common import cli_instance, failure_cause, progress_line
 from harvest_pipeline.home import ensure_dagster_home
 
 
@@ -49,25 +49,12 @@ def _remap_one(defs, source_id: str, dry_run: bool) -> int:
     from harvest_pipeline.cli.harvest import QUIET
     from harvest_pipeline.defs.jobs import REMAP_JOB, REMAP_OP, remap_run_config
     from harvest_pipeline.defs.sensors import SOURCE_TAG
-    from harvest_pipeline.harvest.progress import subscribe
 
-    interactive = sys.stdout.isatty()
-
-    def show(event: dict) -> None:
-        if interactive:
-            line = f"  {source_id}: {event['examined']} records examined, {event['changed']} map differently"
-            print("\r" + line.ljust(78), end="", flush=True)
-
-    unsubscribe = subscribe(show)
-    try:
+    with progress_line(lambda e: f"  {source_id}: {e['examined']} records examined, {e['changed']} map differently"):
         result = defs.resolve_job_def(REMAP_JOB).execute_in_process(
             instance=cli_instance(), raise_on_error=False, tags={SOURCE_TAG: source_id},
             run_config={**remap_run_config(source_id, dry_run), **QUIET},
         )
-    finally:
-        unsubscribe()
-    if interactive:
-        print("\r" + " " * 78 + "\r", end="")
     if not result.success:
         print(f"{source_id}: remap FAILED: {failure_cause(result)}  (run {result.run_id})")
         return 1
