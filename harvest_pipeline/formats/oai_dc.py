@@ -21,7 +21,7 @@ from .coordinates import bbox_from_dcmi
 from .geo import LON_LAT, axis_order, bbox_from_corners
 from .identifiers import pick_doi, pick_url
 from .model import NormalizedRecord
-from .text import block_text, text
+from .text import block_text, child_text, text
 
 OAI_DC_NS = "http://www.openarchives.org/OAI/2.0/oai_dc/"
 DC_NS = "http://purl.org/dc/elements/1.1/"
@@ -83,18 +83,12 @@ for _ns in OWS_NAMESPACES:
 del _local, _slot, _ns
 
 
-def _child_text(el, tag: str) -> str | None:
-    for child in el.iterchildren(tag):
-        return text(child)
-    return None
-
-
 def _ows_bbox(el, spec: tuple[str, str, bool]):
     lower_tag, upper_tag, wgs84 = spec
     order = LON_LAT if wgs84 else axis_order(el.get("crs"))
     if order is None:  # projected CRS: not degrees
         return None
-    return bbox_from_corners(_child_text(el, lower_tag), _child_text(el, upper_tag), order)
+    return bbox_from_corners(child_text(el, lower_tag), child_text(el, upper_tag), order)
 
 
 def map_dc(element) -> NormalizedRecord:
