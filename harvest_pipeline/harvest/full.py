@@ -12,17 +12,14 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from pathlib import Path
 
-from harvest_pipeline.harvest.window import Window, WindowReport, harvest_window
+from harvest_pipeline.harvest.window import WindowReport, harvest_window, one_off_window
 from harvest_pipeline.sources import SourceConfig
 
 FULL_START = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
-def full_window(now: datetime | None = None) -> Window:
-    now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc).replace(microsecond=0)
-    return Window(FULL_START, now, f"full-{now:%Y-%m-%dT%H:%M:%SZ}")
 
 
 def harvest_full(source: SourceConfig, *, db_path: str | Path, **kw) -> WindowReport:
     """List, stage, merge and verify the whole of `source` (keyword arguments as harvest_window)."""
-    return harvest_window(source, full_window(), db_path=db_path, full=True, **kw)
+    return harvest_window(source, one_off_window("full", start=FULL_START), db_path=db_path, full=True, **kw)

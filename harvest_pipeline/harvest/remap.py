@@ -19,7 +19,7 @@ import uuid
 from collections import Counter
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import timezone
 from pathlib import Path
 from typing import Callable
 
@@ -27,7 +27,7 @@ import duckdb
 
 from harvest_pipeline.errors import WindowBusyError
 from harvest_pipeline.harvest.rows import page_rows
-from harvest_pipeline.harvest.window import Window
+from harvest_pipeline.harvest.window import Window, one_off_window
 from harvest_pipeline.pages import HarvestedRecord, ListPage, ResumptionInfo
 from harvest_pipeline.sources import SourceConfig
 from harvest_pipeline.store import connect as store_connect
@@ -65,12 +65,6 @@ class RemapReport:
     warnings: list[str] = field(default_factory=list)
 
 
-def remap_window(now: datetime | None = None) -> Window:
-    """The pseudo-window a remap merges under: zero length, at the time it ran."""
-    now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc).replace(microsecond=0)
-    return Window(now, now, f"remap-{now:%Y-%m-%dT%H:%M:%SZ}")
-
-
 def _record(row: tuple) -> HarvestedRecord:
     """The stored version as received. Its XML is parsed by the rows code (metadata None), which
     keeps a record it cannot parse or map as unmapped instead of failing the remap."""
@@ -95,7 +89,7 @@ def remap_source(
     """Map every live record of `source` again from its stored XML; merge those that change."""
     run_id = run_id or uuid.uuid4().hex
     connect = connect or (lambda: store_connect(db_path))
-    window = remap_window()
+    window = one_off_window("remap")  # zero length, at the time it ran
     attempt_id = REMAP_MARKER + run_id
     report = RemapReport(source.id, run_id, window, dry_run=dry_run)
     started = time.monotonic()

@@ -20,7 +20,6 @@ import time
 import uuid
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
@@ -31,7 +30,7 @@ from harvest_pipeline.harvest import stop
 from harvest_pipeline.harvest.listers import Lister, lister_for
 from harvest_pipeline.harvest.plausibility import cap_future_datestamps
 from harvest_pipeline.harvest.rows import page_rows
-from harvest_pipeline.harvest.window import Window, record_format_label
+from harvest_pipeline.harvest.window import Window, one_off_window, record_format_label
 from harvest_pipeline.pages import HarvestedRecord, ListPage, ResumptionInfo
 from harvest_pipeline.sources import SourceConfig
 from harvest_pipeline.store import connect as store_connect
@@ -69,12 +68,6 @@ class SelectedReport:
         return len(self.requested) - len(self.not_found) - len(self.not_fetched)
 
 
-def selected_window(now: datetime | None = None) -> Window:
-    """The pseudo-window of a re-harvest: zero length, at the time it ran."""
-    now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc).replace(microsecond=0)
-    return Window(now, now, f"selected-{now:%Y-%m-%dT%H:%M:%SZ}")
-
-
 def _unique(identifiers: list[str]) -> list[str]:
     out = list(dict.fromkeys(i.strip() for i in identifiers if i and i.strip()))
     if not out:
@@ -96,7 +89,7 @@ def harvest_selected(
     run_id = run_id or uuid.uuid4().hex
     connect = connect or (lambda: store_connect(db_path))
     requested = _unique(identifiers)
-    window = selected_window()
+    window = one_off_window("selected")  # zero length, at the time it ran
     attempt_id = SELECTED_MARKER + run_id
     started = time.monotonic()
     ctx = dict(source_id=source.id, window=window.key)

@@ -69,6 +69,13 @@ class Window:
         return self.key
 
 
+def one_off_window(kind: str, *, start: datetime | None = None, now: datetime | None = None) -> Window:
+    """The pseudo-window of a one-off run (a full harvest, a re-harvest, a remap), named
+    `<kind>-<UTC time to the second>`: from `start` to now, or of zero length at now."""
+    now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc).replace(microsecond=0)
+    return Window(start or now, now, f"{kind}-{now:%Y-%m-%dT%H:%M:%SZ}")
+
+
 @dataclass(frozen=True)
 class CheckVerdict:
     passed: bool
