@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from .identifiers import pick_doi
 from .model import NormalizedRecord
-from .text import child_text, clean, dedupe, raw_text, text
+from .text import child_text, clean, dedupe, first, grandchildren, raw_text, text
 
 ARXIV_NS = "http://arxiv.org/OAI/arXiv/"
 _P = f"{{{ARXIV_NS}}}"
@@ -59,9 +59,9 @@ def map_arxiv(record) -> NormalizedRecord:
     return NormalizedRecord(
         title=title,
         titles=[title] if title else [],
-        creators=dedupe(_author(a) for authors in record.iterchildren(AUTHORS) for a in authors.iterchildren(AUTHOR)),
+        creators=dedupe(_author(a) for a in grandchildren(record, AUTHORS, AUTHOR)),
         subjects=dedupe(categories + classes),
-        description=next(filter(None, (_abstract(el) for el in record.iterchildren(ABSTRACT))), None),
+        description=first(_abstract(el) for el in record.iterchildren(ABSTRACT)),
         dates=dedupe([created, updated]),
         date=created or updated,
         identifiers=dedupe([f"arXiv:{arxiv_id}" if arxiv_id else None, *dois, *reports]),

@@ -25,7 +25,7 @@ from .errors import MappingError
 from .geo import make_bbox
 from .identifiers import pick_doi, pick_url
 from .model import NormalizedRecord
-from .text import block_text, child_text, dedupe, grandchildren, text
+from .text import block_text, child_text, dedupe, first, grandchildren, text
 
 KERNEL_NAMESPACES = (
     "http://datacite.org/schema/kernel-4",
@@ -115,7 +115,7 @@ def map_resource(resource) -> NormalizedRecord:
     abstracts, descriptions = [], []
     for el in grandchildren(resource, t.descriptions, t.description):
         (abstracts if el.get("descriptionType") == "Abstract" else descriptions).append(block_text(el))
-    description = next(filter(None, abstracts + descriptions), None)
+    description = first(abstracts + descriptions)
 
     issued, dates = None, []
     for el in grandchildren(resource, t.dates, t.date):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from .identifiers import pick_doi, pick_url
 from .model import NormalizedRecord
-from .text import block_text, dedupe, grandchildren, text
+from .text import block_text, dedupe, first, grandchildren, text
 
 DOAJ_NS = "http://doaj.org/features/oai_doaj/1.0/"
 _P = f"{{{DOAJ_NS}}}"
@@ -45,10 +45,10 @@ def map_doaj_article(article) -> NormalizedRecord:
         creators=dedupe(text(name) for author in grandchildren(article, AUTHORS, AUTHOR)
                         for name in author.iterchildren(NAME)),
         subjects=dedupe(keywords),
-        description=next(filter(None, (block_text(el) for el in article.iterchildren(ABSTRACT))), None),
+        description=first(block_text(el) for el in article.iterchildren(ABSTRACT)),
         dates=dates,
         date=dates[0] if dates else None,
-        language=next(filter(None, _texts(article, LANGUAGE)), None),
+        language=first(_texts(article, LANGUAGE)),
         identifiers=dedupe(dois + urls),
         doi=pick_doi(dois),
         url=pick_url(urls),

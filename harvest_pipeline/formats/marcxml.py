@@ -236,7 +236,7 @@ def _bbox(coded_fields: list, statement_fields: list, sf_tag: str):
     """The first 034 that reads, else the first 255 $c that does (the coded form is exact)."""
     boxes = (bbox_from_coded(*(_sub(f, sf_tag, code) for code in "defg")) for f in coded_fields)
     statements = (bbox_from_statement(_sub(f, sf_tag, "c")) for f in statement_fields)
-    return next(filter(None, boxes), None) or next(filter(None, statements), None)
+    return first(boxes) or first(statements)
 
 
 def map_collection(collection) -> NormalizedRecord:

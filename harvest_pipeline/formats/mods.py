@@ -30,7 +30,7 @@ from __future__ import annotations
 from .coordinates import bbox_from_statement
 from .identifiers import pick_doi, pick_url
 from .model import NormalizedRecord
-from .text import block_text, child_text, dedupe, grandchildren, only_child, text
+from .text import block_text, child_text, dedupe, first, grandchildren, only_child, text
 
 MODS_NS = "http://www.loc.gov/mods/v3"
 _P = f"{{{MODS_NS}}}"
@@ -142,7 +142,7 @@ def map_mods(mods) -> NormalizedRecord:
     for lang in mods.iterchildren(LANGUAGE):
         terms = list(lang.iterchildren(LANGUAGE_TERM))
         coded = [t for t in terms if t.get("type") == "code"] or terms
-        language = next(filter(None, (text(t) for t in coded)), None)
+        language = first(text(t) for t in coded)
         if language:
             break
 
@@ -163,8 +163,8 @@ def map_mods(mods) -> NormalizedRecord:
         titles=titles,
         creators=dedupe(creators + others),
         subjects=dedupe(subjects),
-        description=next(filter(None, (block_text(el) for el in mods.iterchildren(ABSTRACT))), None)
-        or next(filter(None, (block_text(el) for el in mods.iterchildren(NOTE) if not el.get("type"))), None),
+        description=first(block_text(el) for el in mods.iterchildren(ABSTRACT))
+        or first(block_text(el) for el in mods.iterchildren(NOTE) if not el.get("type")),
         dates=dedupe(dates),
         date=date,
         type=child_text(mods, TYPE_OF_RESOURCE) or child_text(mods, GENRE),
@@ -173,8 +173,8 @@ def map_mods(mods) -> NormalizedRecord:
         doi=pick_doi((v for kind, v in ids_by_type if v and kind.lower() == "doi"), identifiers),
         url=pick_url(preferred, identifiers),
         rights=dedupe(text(el) for el in mods.iterchildren(ACCESS_CONDITION)),
-        bbox=next(filter(None, (bbox_from_statement(text(c)) for s in subject_elements
-                                for c in grandchildren(s, CARTOGRAPHICS, COORDINATES))), None),
+        bbox=first(bbox_from_statement(text(c)) for s in subject_elements
+                   for c in grandchildren(s, CARTOGRAPHICS, COORDINATES)),
         format_name="mods",
     )
 

@@ -21,7 +21,7 @@ from .coordinates import bbox_from_dcmi
 from .geo import LON_LAT, axis_order, bbox_from_corners
 from .identifiers import pick_doi, pick_url
 from .model import NormalizedRecord
-from .text import block_text, child_text, text
+from .text import block_text, child_text, first, text
 
 OAI_DC_NS = "http://www.openarchives.org/OAI/2.0/oai_dc/"
 DC_NS = "http://purl.org/dc/elements/1.1/"
@@ -142,7 +142,7 @@ def map_dc(element) -> NormalizedRecord:
             break
     kind, language = get("type"), get("language")
     if bbox is None and "coverage" in slots:
-        bbox = next(filter(None, map(bbox_from_dcmi, slots["coverage"])), None)
+        bbox = first(map(bbox_from_dcmi, slots["coverage"]))
     return NormalizedRecord(
         title=titles[0] if titles else None,
         titles=titles,

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
+from typing import TypeVar
 
 from .errors import MappingError
 
 _BLANK_LINES = re.compile(r"\n{3,}")
+T = TypeVar("T")
 
 
 def raw_text(el) -> str:
@@ -69,8 +71,8 @@ def dedupe(values: Iterable[str | None]) -> list[str]:
     return list(dict.fromkeys(v for v in values if v))
 
 
-def first(values: Iterable[str | None]) -> str | None:
-    """The first non-empty value, or None."""
+def first(values: Iterable[T | None]) -> T | None:
+    """The first non-empty value (a text, a box ...), or None."""
     for v in values:
         if v:
             return v
