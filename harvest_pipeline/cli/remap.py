@@ -40,7 +40,8 @@ def cmd_remap(args: argparse.Namespace) -> int:
     for source_id in chosen:
         failed += _remap_one(defs, source_id, args.dry_run)
     if len(chosen) > 1:
-        print(f"{len(chosen) - failed} of {len(chosen)} source(s) remapped" + (f", {failed} FAILED" if failed else ""))
+        done = "examined (dry run)" if args.dry_run else "remapped"
+        print(f"{len(chosen) - failed} of {len(chosen)} source(s) {done}" + (f", {failed} FAILED" if failed else ""))
     return 1 if failed else 0
 
 
